@@ -1,0 +1,1 @@
+"""radixserve: an asyncio-native LLM inference engine."""

@@ -1,0 +1,38 @@
+"""The attention backend interface.
+
+A backend computes causal attention for a `ForwardBatch` over the KV pool.
+`plan(batch)` runs once per step, before the first layer (FlashInfer builds
+its schedule there; others may precompute index tensors); `forward` runs in
+every layer: it writes the new tokens' K/V into the pool at
+`batch.out_slots`, then attends each new token to its request's context up to
+and including itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.model.forward_batch import ForwardBatch
+
+
+class AttentionBackend(ABC):
+    name: str = "base"
+
+    def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+        self.pool = pool
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+
+    def plan(self, batch: ForwardBatch) -> None:
+        """Prepare per-step state shared by all layers. Default: nothing."""
+
+    @abstractmethod
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        """q `[T, Hq, D]`, k/v `[T, Hkv, D]` for the step's new tokens -> `[T, Hq, D]`."""

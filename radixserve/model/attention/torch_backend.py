@@ -1,0 +1,53 @@
+"""Reference attention in plain PyTorch: one SDPA call per request.
+
+Correct on any device and the yardstick for the Triton and FlashInfer
+backends; slow on a GPU (a Python loop over requests).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.forward_batch import ForwardBatch
+
+
+class TorchAttention(AttentionBackend):
+    name = "torch"
+
+    def plan(self, batch: ForwardBatch) -> None:
+        # Host-side offsets, so the per-layer loop slices without device syncs.
+        self._qo = [0]
+        self._kv = [0]
+        for p, e in zip(batch.prefix_lens, batch.extend_lens):
+            self._qo.append(self._qo[-1] + e)
+            self._kv.append(self._kv[-1] + p + e)
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+
+    def _mask(self, prefix: int, extend: int, device: torch.device) -> torch.Tensor:
+        key = (prefix, extend)
+        if key not in self._masks:
+            q_pos = torch.arange(prefix, prefix + extend, device=device)[:, None]
+            kv_pos = torch.arange(prefix + extend, device=device)[None, :]
+            self._masks[key] = kv_pos <= q_pos
+        return self._masks[key]
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        self.pool.write(layer, batch.out_slots, k, v)
+        k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
+        out = torch.empty_like(q)
+        for i, (prefix, extend) in enumerate(zip(batch.prefix_lens, batch.extend_lens)):
+            q0, q1 = self._qo[i], self._qo[i + 1]
+            slots = batch.kv_indices[self._kv[i] : self._kv[i + 1]]
+            qi = q[q0:q1].transpose(0, 1)  # [Hq, n, D]
+            ki = k_buf[slots].transpose(0, 1).to(q.dtype)  # [Hkv, L, D]
+            vi = v_buf[slots].transpose(0, 1).to(q.dtype)
+            mask = None if extend == 1 else self._mask(prefix, extend, q.device)
+            oi = F.scaled_dot_product_attention(
+                qi, ki, vi, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+            )
+            out[q0:q1] = oi.transpose(0, 1)
+        return out
