@@ -1,0 +1,541 @@
+"""`RadixCache`: a radix tree over token ids whose nodes own KV slots.
+
+Every prompt and every finished generation leaves its KV here; a later
+request that shares a prefix gets those slots from `match_prefix` and skips
+that part of its prefill. Edges carry token sequences (a tuple per node, its
+slots as an int64 tensor of the same length); children are keyed by their
+first token (their first page when `page_size > 1`), and at the root by
+`(extra_key, first token/page)` so namespaces never share a node.
+
+Ownership. Every slot of the allocator is exactly one of: free, owned by the
+tree (some node's `slots`), or owned by one running request (slots it
+allocated and has not yet handed to the tree). `check_integrity` asserts it.
+
+Lock protocol (the scheduler is the only caller):
+
+1. Admit: `m = cache.match_prefix(prompt)` then, before anything that may
+   evict (allocation does), `cache.lock(m.last_node)`. From then on the
+   request may read `m.slots` (copy them into its `ReqToSlotTable` row); the
+   tree still owns them and the request must never free them. Its own new
+   slots come from `cache.alloc(n)` (evicts if needed) or the allocator.
+2. Finish: with `tokens` the tokens whose KV the request computed or
+   matched, `slots` their slots (`m.slots` followed by its own) and
+   `own_start = m.length`::
+
+       cached = cache.insert(tokens, slots)        # cached >= own_start
+       allocator.free(slots[own_start:cached])     # duplicates: another request
+                                                   # inserted them meanwhile
+       allocator.free(slots[cache.page_aligned(len(tokens)):])  # partial page
+       cache.unlock(m.last_node)                   # only now: insert needs the
+                                                   # locked prefix still cached
+
+   The tree now owns `slots[cached:page_aligned(len(tokens))]`.
+   A request that keeps running (chunked prefill) does the same but keeps
+   its partial page, then `m2 = match_prefix(tokens)`, `lock(m2.last_node)`,
+   `unlock(m.last_node)`, and rewrites its row with `m2.slots` (the tree's
+   copies of the duplicates it just freed).
+3. Abort / retract: `allocator.free(own slots)`, then `unlock(m.last_node)`.
+
+`evict` frees only unlocked leaves, least recently used first, so a slot
+that a running request reads (on its locked path) is never freed.
+
+Access times come from a counter bumped once per `match_prefix`/`insert`,
+not the wall clock, so the eviction order is deterministic. Evictable
+leaves sit in a heap keyed by (last access, node id) with lazy
+invalidation: an entry whose node has since been touched, locked, given a
+child or evicted is dropped when popped, so `evict` never rescans the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from radixserve.cache.allocator import SlotAllocator
+
+Key = tuple[int, ...]
+
+
+class TreeNode:
+    """One edge of the tree: `key` tokens whose KV lives in `slots`.
+
+    Splitting a node keeps this object as the lower half (it still ends at
+    the same position), so a request holding it as its `last_node` stays
+    valid. `parent is None` means root, or a node that has been evicted.
+    """
+
+    __slots__ = ("key", "slots", "children", "parent", "child_key", "lock_ref", "last_access", "id")
+
+    def __init__(
+        self,
+        key: Key,
+        slots: torch.Tensor,
+        parent: TreeNode | None,
+        child_key: Hashable,
+        last_access: int,
+        node_id: int,
+        lock_ref: int = 0,
+    ) -> None:
+        self.key = key
+        self.slots = slots
+        self.children: dict[Hashable, TreeNode] = {}
+        self.parent = parent
+        self.child_key = child_key  # this node's key in parent.children
+        self.lock_ref = lock_ref
+        self.last_access = last_access
+        self.id = node_id
+
+    @property
+    def length(self) -> int:
+        return len(self.key)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def __repr__(self) -> str:
+        head = ", ".join(map(str, self.key[:8])) + (", …" if len(self.key) > 8 else "")
+        return f"TreeNode(id={self.id}, key=({head}), len={len(self.key)}, lock_ref={self.lock_ref})"
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """The cached prefix of a key: its slots (int64, 1-D, read-only: the tree owns them)
+    and the node where it ends (lock it before using the slots)."""
+
+    slots: torch.Tensor
+    last_node: TreeNode
+
+    @property
+    def length(self) -> int:
+        return self.slots.shape[0]
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    queried_tokens: int  # sum of len(key) over match_prefix calls
+    hit_tokens: int  # sum of matched lengths
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+
+def _common_prefix_len(edge: Key, key: Key, start: int, end: int) -> int:
+    """Length of the common prefix of `edge` and `key[start:end]`.
+
+    Tuple slice comparison runs in C; when the whole range does not match, a
+    binary search on slices finds the first difference with O(n) element
+    comparisons in total and O(log n) Python steps, instead of a Python loop
+    over tokens.
+    """
+    n = min(len(edge), end - start)
+    if key[start : start + n] == edge[:n]:
+        return n
+    lo, hi = 0, n  # edge[:lo] matches; the first mismatch is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if key[start + lo : start + mid] == edge[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _as_key(key: Sequence[int] | torch.Tensor) -> Key:
+    if isinstance(key, tuple):
+        return key
+    if hasattr(key, "tolist"):  # torch tensor or numpy array
+        return tuple(key.tolist())
+    return tuple(key)
+
+
+class RadixCache:
+    """Radix tree of cached KV slots; see the module docstring for the lock protocol.
+
+    `page_size` is the matching granularity: matches and inserts are
+    truncated to whole pages (the allocator stays token-level). Sizes are in
+    tokens: `evictable_size` (on no locked path), `protected_size` (on some
+    locked path), `total_size` (their sum).
+    """
+
+    def __init__(self, allocator: SlotAllocator, page_size: int = 1) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.allocator = allocator
+        self.page_size = page_size
+        self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
+        self._next_id = 0
+        self._clock = 0
+        self.root = self._new_node((), self._empty, None, None)
+        self._heap: list[tuple[int, int, TreeNode]] = []  # (last_access, id, node) of evictable leaves
+        self._evictable = 0
+        self._protected = 0
+        self._num_nodes = 0  # excluding the root
+        self._queried = 0
+        self._hits = 0
+
+    # ---- sizes and statistics -------------------------------------------------------------
+
+    @property
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    @property
+    def protected_size(self) -> int:
+        return self._protected
+
+    @property
+    def total_size(self) -> int:
+        return self._evictable + self._protected
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    @property
+    def stats(self) -> CacheStats:
+        return CacheStats(queried_tokens=self._queried, hit_tokens=self._hits)
+
+    def reset_stats(self) -> None:
+        self._queried = 0
+        self._hits = 0
+
+    def page_aligned(self, n: int) -> int:
+        """`n` rounded down to whole pages: how much of an `n`-token key the tree can hold."""
+        return n - n % self.page_size
+
+    # ---- match / insert -------------------------------------------------------------------
+
+    def match_prefix(self, key: Sequence[int] | torch.Tensor, extra_key: str | None = None) -> MatchResult:
+        """The longest cached prefix of `key` in namespace `extra_key`, in whole pages.
+
+        If the match ends inside an edge, that node is split so that
+        `last_node` ends exactly at the match. Refreshes the access time of
+        every node on the path and counts the query in `stats`.
+
+        The returned slots are safe to use only once `lock(result.last_node)`
+        has been called, and until the matching `unlock`: any eviction in
+        between (e.g. from an allocation) may free them. A scheduler that must
+        compute at least one token (to get logits) matches `key[:-1]`.
+        """
+        key = _as_key(key)
+        end = self.page_aligned(len(key))
+        self._clock += 1
+        now = self._clock
+        node, pos = self.root, 0
+        parts: list[torch.Tensor] = []
+        while pos < end:
+            child = node.children.get(self._child_key(node, key, pos, extra_key))
+            if child is None:
+                break
+            m = self.page_aligned(_common_prefix_len(child.key, key, pos, end))
+            partial = m < len(child.key)
+            if partial:  # the match ends inside this edge
+                child = self._split(child, m)
+            child.last_access = now
+            parts.append(child.slots)
+            node, pos = child, pos + m
+            if partial:
+                break
+        self._refresh_leaf(node)
+        self._queried += len(key)
+        self._hits += pos
+        if not parts:
+            slots = self._empty
+        elif len(parts) == 1:
+            slots = parts[0]
+        else:
+            slots = torch.cat(parts)
+        return MatchResult(slots=slots, last_node=node)
+
+    def insert(
+        self, key: Sequence[int] | torch.Tensor, slots: torch.Tensor, extra_key: str | None = None
+    ) -> int:
+        """Cache `key` (whole pages only) whose KV lives in `slots` (`len(slots) == len(key)`).
+
+        Returns `cached`: how many leading tokens of `key` were already in the
+        tree (a multiple of `page_size`). The tree keeps its own slots for
+        those and takes ownership of `slots[cached:page_aligned(len(key))]`.
+        The caller still owns, and must free, the rest of its slots:
+
+        - `slots[own_start:cached]`, where `own_start` is the length of the
+          match it locked (tokens it computed itself that someone else cached
+          meanwhile). `slots[:own_start]` are the tree's; never free them.
+        - `slots[page_aligned(len(key)):]`, the partial last page, if the
+          request is done with it.
+
+        Call it before unlocking the request's match: the locked prefix is
+        then guaranteed cached, so `cached >= own_start`. Refreshes access
+        times along the path, like `match_prefix` (but counts no statistics).
+        """
+        key = _as_key(key)
+        if slots.dim() != 1 or slots.shape[0] != len(key):
+            raise ValueError(
+                f"insert needs one slot per token: {len(key)} tokens, slots {tuple(slots.shape)}"
+            )
+        end = self.page_aligned(len(key))
+        self._clock += 1
+        now = self._clock
+        node, pos = self.root, 0
+        while pos < end:
+            child = node.children.get(self._child_key(node, key, pos, extra_key))
+            if child is None:
+                break
+            m = self.page_aligned(_common_prefix_len(child.key, key, pos, end))
+            partial = m < len(child.key)
+            if partial:  # diverges (or ends) inside this edge: the new leaf hangs off the split
+                child = self._split(child, m)
+            child.last_access = now
+            node, pos = child, pos + m
+            if partial:
+                break
+        cached = pos
+        if pos < end:
+            new_slots = slots[pos:end].to(device=self.allocator.device, dtype=torch.int64, copy=True)
+            leaf = self._new_node(key[pos:end], new_slots, node, self._child_key(node, key, pos, extra_key))
+            node.children[leaf.child_key] = leaf
+            self._num_nodes += 1
+            self._evictable += end - pos
+            node = leaf
+        self._refresh_leaf(node)
+        return cached
+
+    # ---- locks ----------------------------------------------------------------------------
+
+    def lock(self, node: TreeNode) -> None:
+        """Protect `node` and its ancestors from eviction (one reference each).
+
+        Lock a match's `last_node` right after `match_prefix`, before any
+        allocation or eviction; pair every lock with exactly one `unlock`.
+        Locking the root (an empty match) is a no-op.
+        """
+        if node.parent is None and node is not self.root:
+            raise ValueError(f"cannot lock {node}: it was evicted")
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self._evictable -= len(node.key)
+                self._protected += len(node.key)
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+
+    def unlock(self, node: TreeNode) -> None:
+        """Drop one reference taken by `lock(node)`.
+
+        A request unlocks when it finishes (after `insert`), or when it is
+        aborted or retracted (after freeing its own slots). Nodes whose count
+        drops to zero become evictable again.
+        """
+        if node is not self.root and node.lock_ref <= 0:
+            raise RuntimeError(f"unlock of {node}, which is not locked")
+        while node is not self.root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self._protected -= len(node.key)
+                self._evictable += len(node.key)
+                if not node.children:
+                    self._push(node)
+            node = node.parent  # type: ignore[assignment]
+
+    # ---- eviction and allocation ----------------------------------------------------------
+
+    def evict(self, n_tokens: int) -> int:
+        """Free at least `n_tokens` slots through the allocator, if that many are evictable.
+
+        Removes unlocked leaves, least recently used first (ties: older node
+        first); a parent left as an unlocked leaf becomes a candidate too.
+        Leaves go whole, so it may free more than asked. Never touches a node
+        on a locked path. Returns the number of slots freed (less than asked
+        only when nothing evictable is left).
+        """
+        freed = 0
+        out: list[torch.Tensor] = []
+        heap = self._heap
+        while freed < n_tokens and heap:
+            stamp, _, node = heapq.heappop(heap)
+            if node.parent is None or node.children or node.lock_ref or node.last_access != stamp:
+                continue  # stale: evicted, grew a child, locked, or touched since pushed
+            parent = node.parent
+            del parent.children[node.child_key]
+            node.parent = None
+            self._num_nodes -= 1
+            self._evictable -= len(node.key)
+            freed += len(node.key)
+            out.append(node.slots)
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                self._push(parent)
+        if out:
+            self.allocator.free(torch.cat(out) if len(out) > 1 else out[0])
+        return freed
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """`n` slots from the allocator, evicting first if too few are free.
+
+        Returns None (and evicts nothing) when even evicting everything
+        evictable would not make room. Lock every match you still need
+        before calling this.
+        """
+        short = n - self.allocator.num_free
+        if short > 0:
+            if short > self._evictable:
+                return None
+            self.evict(short)
+        return self.allocator.alloc(n)
+
+    def reset(self) -> None:
+        """Drop the whole tree, freeing all its slots; nothing may be locked."""
+        if self._protected:
+            raise RuntimeError(f"reset with {self._protected} tokens on locked paths")
+        parts: list[torch.Tensor] = []
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            parts.append(node.slots)
+            node.parent = None  # stale handles now fail to lock
+            stack.extend(node.children.values())
+        if parts:
+            self.allocator.free(torch.cat(parts))
+        self.root.children = {}
+        self._heap = []
+        self._evictable = 0
+        self._num_nodes = 0
+
+    # ---- integrity ------------------------------------------------------------------------
+
+    def check_integrity(self, live_slots: Iterable[torch.Tensor] = ()) -> None:
+        """Raise AssertionError unless the tree and the allocator agree.
+
+        `live_slots`: the slots running requests own and have not inserted
+        (not their matched prefixes, which the tree owns). Checks that every
+        allocator slot is exactly one of free / in the tree / live, that the
+        size counters add up, that each node's lock count is at least the sum
+        of its children's, that parents were accessed no earlier than their
+        children, and that every evictable leaf is in the eviction heap.
+        """
+        heap_entries = {(stamp, node_id) for stamp, node_id, _ in self._heap}
+        evictable = protected = nodes = 0
+        tree_parts: list[torch.Tensor] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            child_locks = 0
+            for ck, child in node.children.items():
+                first = child.key[0] if self.page_size == 1 else child.key[: self.page_size]
+                _require(child.parent is node, f"{child} has a wrong parent")
+                _require(child.child_key == ck, f"{child} is filed under {ck!r}")
+                _require((ck[1] if node is self.root else ck) == first, f"{child} filed under {ck!r}")
+                _require(len(child.key) > 0 and len(child.key) % self.page_size == 0, f"{child}: bad length")
+                _require(child.slots.shape == (len(child.key),), f"{child}: {child.slots.shape[0]} slots")
+                _require(child.lock_ref >= 0, f"{child}: negative lock count")
+                if node is not self.root:
+                    _require(child.last_access <= node.last_access, f"{child} accessed after its parent")
+                child_locks += child.lock_ref
+                stack.append(child)
+            if node is self.root:
+                continue
+            nodes += 1
+            tree_parts.append(node.slots)
+            _require(node.lock_ref >= child_locks, f"{node}: lock count below its children's ({child_locks})")
+            if node.lock_ref:
+                protected += len(node.key)
+            else:
+                evictable += len(node.key)
+                if not node.children:
+                    _require(
+                        (node.last_access, node.id) in heap_entries, f"evictable leaf {node} not in heap"
+                    )
+        _require(nodes == self._num_nodes, f"num_nodes {self._num_nodes}, tree has {nodes}")
+        _require(
+            (evictable, protected) == (self._evictable, self._protected),
+            f"counters evictable={self._evictable} protected={self._protected}, "
+            f"tree has evictable={evictable} protected={protected}",
+        )
+        self._check_slots(tree_parts, list(live_slots))
+
+    def _check_slots(self, tree_parts: list[torch.Tensor], live_parts: list[torch.Tensor]) -> None:
+        num_slots = self.allocator.num_slots
+        groups = {
+            "free": [self.allocator.free_slots()],
+            "tree": tree_parts,
+            "live": live_parts,
+        }
+        counts = {}
+        for name, parts in groups.items():
+            flat = torch.cat([p.reshape(-1).to("cpu", torch.int64) for p in parts]) if parts else None
+            if flat is None or flat.numel() == 0:
+                counts[name] = torch.zeros(num_slots, dtype=torch.int64)
+                continue
+            bad = flat[(flat < 0) | (flat >= num_slots)]
+            _require(bad.numel() == 0, f"{name} slots outside [0, {num_slots}): {bad[:8].tolist()}")
+            counts[name] = torch.bincount(flat, minlength=num_slots)
+        total = counts["free"] + counts["tree"] + counts["live"]
+        lost = (total == 0).nonzero().flatten()[:8].tolist()
+        _require(not lost, f"slots neither free, in the tree nor live (leaked): {lost}")
+        doubled = (total > 1).nonzero().flatten()[:8].tolist()
+        if doubled:
+            owners = {s: {n: int(c[s]) for n, c in counts.items() if c[s]} for s in doubled}
+            raise AssertionError(f"slots owned more than once: {owners}")
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _child_key(self, parent: TreeNode, key: Key, pos: int, extra_key: str | None) -> Hashable:
+        first: Hashable = key[pos] if self.page_size == 1 else key[pos : pos + self.page_size]
+        return (extra_key, first) if parent is self.root else first
+
+    def _new_node(
+        self, key: Key, slots: torch.Tensor, parent: TreeNode | None, child_key: Hashable, lock_ref: int = 0
+    ) -> TreeNode:
+        self._next_id += 1
+        return TreeNode(key, slots, parent, child_key, self._clock, self._next_id, lock_ref)
+
+    def _split(self, node: TreeNode, m: int) -> TreeNode:
+        """Cut `node` after `m` tokens; return the new upper half (`node` keeps the rest)."""
+        parent = node.parent
+        assert parent is not None and 0 < m < len(node.key)
+        upper = self._new_node(node.key[:m], node.slots[:m], parent, node.child_key, node.lock_ref)
+        upper.last_access = node.last_access
+        parent.children[upper.child_key] = upper
+        node.key = node.key[m:]
+        node.slots = node.slots[m:]
+        node.parent = upper
+        node.child_key = self._child_key(upper, node.key, 0, None)
+        upper.children[node.child_key] = node
+        self._num_nodes += 1
+        return upper
+
+    def _refresh_leaf(self, node: TreeNode) -> None:
+        """Re-file `node` in the heap after its access time changed, if it is an evictable leaf."""
+        if node is not self.root and not node.children and node.lock_ref == 0:
+            self._push(node)
+
+    def _push(self, node: TreeNode) -> None:
+        heapq.heappush(self._heap, (node.last_access, node.id, node))
+        if len(self._heap) > 2 * self._num_nodes + 1024:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        """Drop stale entries (amortised: runs only when the heap outgrows the tree)."""
+        heap: list[tuple[int, int, TreeNode]] = []
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node.lock_ref == 0:
+                heap.append((node.last_access, node.id, node))
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def __repr__(self) -> str:
+        return (
+            f"RadixCache(page_size={self.page_size}, nodes={self._num_nodes}, "
+            f"evictable={self._evictable}, protected={self._protected})"
+        )
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:  # not `assert`: must hold under python -O too
+        raise AssertionError(message)
