@@ -1,0 +1,88 @@
+"""Attention with our own Triton kernels over the token-level slot table.
+
+For GPUs where FlashInfer is missing, and for debugging: the kernels read
+the same `kv_indptr` / `kv_indices` the scheduler builds, so no layout
+conversion happens. A pure-decode step runs the split-K decode kernel;
+any step with a multi-token request runs the extend kernel for all rows.
+On the CPU the kernels run under `TRITON_INTERPRET=1` (tests only).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.model.attention import triton_kernels as tk
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.forward_batch import ForwardBatch
+
+# Split-K targets: enough programs to fill the GPU a few times over, but no
+# split shorter than this many keys (each split pays a reduction).
+_MIN_KEYS_PER_SPLIT = 128
+_MAX_SPLITS = 16
+_WAVES = 4
+
+
+class TritonAttention(AttentionBackend):
+    name = "triton"
+
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        decode_splits: int | None = None,
+    ) -> None:
+        """`decode_splits` fixes the split-K factor (e.g. for CUDA graphs,
+        whose grid must not change); None picks it per step from the batch."""
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+        self.decode_splits = decode_splits
+        device = torch.device(pool.config.device)
+        on_gpu = device.type == "cuda"
+        self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
+        # The interpreter's cost is per program step, so small tiles there;
+        # on the GPU, tiles sized for the shared memory of the element type.
+        wide = pool.config.dtype == torch.float32
+        self._block_m = 64 if on_gpu else 16
+        self._block_n = (32 if wide else 64) if on_gpu else 16
+        self._decode_block_n = 64 if on_gpu else 16
+        self._max_extend = 1
+        self._splits = 1
+        self._is_decode = True
+
+    def _pick_splits(self, batch: ForwardBatch) -> int:
+        if self.decode_splits is not None:
+            return self.decode_splits
+        programs = batch.batch_size * self.num_kv_heads
+        want = -(-_WAVES * self._num_sms // programs)
+        longest = max(batch.seq_lens)
+        return max(1, min(want, _MAX_SPLITS, longest // _MIN_KEYS_PER_SPLIT))
+
+    def plan(self, batch: ForwardBatch) -> None:
+        # Host lists only: grid sizes are decided here, never read back from the device.
+        self._is_decode = batch.is_decode
+        self._max_extend = max(batch.extend_lens)
+        self._splits = self._pick_splits(batch) if self._is_decode else 1
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        self.pool.write(layer, batch.out_slots, k, v)
+        k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
+        # The kernels multiply q with pool tiles, which needs one element type.
+        qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
+        if self._is_decode:
+            out = tk.decode_attention(
+                qc, k_buf, v_buf, batch.kv_indptr, batch.kv_indices, self.scale,
+                num_splits=self._splits, block_n=self._decode_block_n,
+            )
+        else:
+            out = tk.extend_attention(
+                qc, k_buf, v_buf, batch.qo_indptr, batch.kv_indptr, batch.kv_indices, self.scale,
+                max_extend_len=self._max_extend, block_m=self._block_m, block_n=self._block_n,
+            )
+        return out if out.dtype == q.dtype else out.to(q.dtype)

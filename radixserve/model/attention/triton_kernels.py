@@ -1,0 +1,316 @@
+"""Triton attention kernels over the token-level slot layout.
+
+Request b's context is `kv_indices[kv_indptr[b]:kv_indptr[b+1]]` (pool slots
+in position order) and its new queries are rows `qo_indptr[b]:qo_indptr[b+1]`
+of q; the K/V of those new tokens are already in the pool, so every key is
+gathered through the slot table the same way. Softmax runs online in base 2
+(`sm_scale * log2(e)` folded into the logits), accumulating in float32.
+
+Importing this module imports triton: only `triton_backend` does, and only
+when the Triton backend is chosen.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, kv_indptr, kv_indices, Out, Mid_O, Mid_LSE,
+    sm_scale_log2,
+    stride_qt, stride_qh,
+    stride_kn, stride_kh,
+    stride_vn, stride_vh,
+    stride_ot, stride_oh,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """One program: request b, KV head hk, split s of the context.
+
+    The GROUP query heads that share hk are one [BLOCK_H, D] tile, so each
+    K/V tile is read once per group and the logits are a matrix product.
+    With NUM_SPLITS == 1 the result goes straight to Out; otherwise the
+    normalised partial output and its log2-sum-exp go to Mid_O / Mid_LSE.
+    """
+    b = tl.program_id(0)
+    hk = tl.program_id(1)
+    s = tl.program_id(2)
+    kv_start = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - kv_start
+    split_len = tl.cdiv(kv_len, NUM_SPLITS)
+    lo = s * split_len
+    hi = tl.minimum(lo + split_len, kv_len)
+
+    offs_g = tl.arange(0, BLOCK_H)
+    offs_h = hk * GROUP + offs_g
+    h_mask = offs_g < GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + b * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
+        mask=h_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < hi
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=n_mask, other=0).to(tl.int64)
+        k = tl.load(
+            K + slots[None, :] * stride_kn + hk * stride_kh + offs_d[:, None],
+            mask=n_mask[None, :] & d_mask[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, k, input_precision=DOT_PRECISION)
+        qk = tl.where(n_mask[None, :], qk * sm_scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            V + slots[:, None] * stride_vn + hk * stride_vh + offs_d[None, :],
+            mask=n_mask[:, None] & d_mask[None, :],
+            other=0.0,
+        )
+        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    nonempty = l_i > 0.0
+    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    store_mask = h_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        tl.store(
+            Out + b * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
+            out.to(Out.dtype.element_ty),
+            mask=store_mask,
+        )
+    else:
+        # Mid_O is [B, Hq, NUM_SPLITS, BLOCK_D] and Mid_LSE [B, Hq, NUM_SPLITS], contiguous.
+        row = (b * (GROUP * tl.num_programs(1)) + offs_h) * NUM_SPLITS + s
+        tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask)
+        lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+        tl.store(Mid_LSE + row, lse, mask=h_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    Mid_O, Mid_LSE, Out,
+    stride_ot, stride_oh,
+    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Merge the splits of (request b, query head h) by their log-sum-exp."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    s_mask = offs_s < NUM_SPLITS
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    row0 = (b * NUM_HEADS + h) * NUM_SPLITS
+    lse = tl.load(Mid_LSE + row0 + offs_s, mask=s_mask, other=float("-inf"))
+    # Split 0 always holds the first token, so the maximum is finite.
+    w = tl.math.exp2(lse - tl.max(lse, 0))
+    o = tl.load(
+        Mid_O + (row0 + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
+        mask=s_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(Out + b * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_mask)
+
+
+@triton.jit
+def _extend_kernel(
+    Q, K, V, qo_indptr, kv_indptr, kv_indices, Out,
+    sm_scale_log2,
+    stride_qt, stride_qh,
+    stride_kn, stride_kh,
+    stride_vn, stride_vh,
+    stride_ot, stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """One program: request b, query head h, BLOCK_M of its new tokens.
+
+    New token i of a request with prefix p sits at position p + i and sees
+    context positions 0..p+i; the key loop stops at the block's last row.
+    """
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    mb = tl.program_id(2)
+    q_start = tl.load(qo_indptr + b)
+    q_len = tl.load(qo_indptr + b + 1) - q_start
+    if mb * BLOCK_M >= q_len:
+        return
+    kv_start = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - kv_start
+    prefix = kv_len - q_len
+    hk = h // GROUP
+
+    offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < q_len
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + (q_start + offs_m)[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
+        mask=m_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    q_pos = prefix + offs_m
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    end = tl.minimum(kv_len, prefix + (mb + 1) * BLOCK_M)
+    for start in range(0, end, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < end
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=n_mask, other=0).to(tl.int64)
+        k = tl.load(
+            K + slots[None, :] * stride_kn + hk * stride_kh + offs_d[:, None],
+            mask=n_mask[None, :] & d_mask[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, k, input_precision=DOT_PRECISION)
+        visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])
+        qk = tl.where(visible, qk * sm_scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # A row can see nothing in this block only after an earlier block
+        # gave it a finite maximum (position 0 is visible to all), but keep
+        # the subtraction finite regardless.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            V + slots[:, None] * stride_vn + hk * stride_vh + offs_d[None, :],
+            mask=n_mask[:, None] & d_mask[None, :],
+            other=0.0,
+        )
+        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    tl.store(
+        Out + (q_start + offs_m)[:, None] * stride_ot + h * stride_oh + offs_d[None, :],
+        out.to(Out.dtype.element_ty),
+        mask=m_mask[:, None] & d_mask[None, :],
+    )
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    # float32 inputs would otherwise be rounded to tf32 on the tensor cores
+    # (~1e-3 relative); fp16/bf16 ignore the setting.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _check_qkv(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    assert k_pool.stride(-1) == 1 and v_pool.stride(-1) == 1, "pool rows must be contiguous"
+    return q
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    num_splits: int,
+    block_n: int = 64,
+    num_warps: int = 4,
+) -> torch.Tensor:
+    """One new token per request: q `[B, Hq, D]` over pool `[S, Hkv, D]` -> `[B, Hq, D]`.
+
+    `num_splits` cuts each context into that many pieces processed by
+    separate programs (split-K) and merged after; it fixes the grid, so a
+    constant value keeps the launch capturable in a CUDA graph.
+    """
+    q = _check_qkv(q, k_pool, v_pool)
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = k_pool.shape[1]
+    group = num_heads // num_kv_heads
+    block_d = triton.next_power_of_2(head_dim)
+    # tl.dot needs at least 16 rows: pad the group of query heads.
+    block_h = max(16, triton.next_power_of_2(group))
+    out = torch.empty_like(q)
+    if num_splits > 1:
+        mid_o = torch.empty((batch, num_heads, num_splits, block_d), dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        mid_o = mid_lse = out  # unused by the kernel
+    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+        q, k_pool, v_pool, kv_indptr, kv_indices, out, mid_o, mid_lse,
+        sm_scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_pool.stride(0), k_pool.stride(1),
+        v_pool.stride(0), v_pool.stride(1),
+        out.stride(0), out.stride(1),
+        GROUP=group, BLOCK_H=block_h, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=block_n,
+        NUM_SPLITS=num_splits, DOT_PRECISION=_dot_precision(q.dtype),
+        num_warps=num_warps,
+    )
+    if num_splits > 1:
+        _decode_reduce_kernel[(batch, num_heads)](
+            mid_o, mid_lse, out,
+            out.stride(0), out.stride(1),
+            NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d,
+            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=4,
+        )
+    return out
+
+
+def extend_attention(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    max_extend_len: int,
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> torch.Tensor:
+    """Several new tokens per request, causal with each request's prefix.
+
+    q `[T, Hq, D]` (rows by `qo_indptr`) -> `[T, Hq, D]`. `max_extend_len`
+    (a host value) sizes the grid; programs past a request's end exit.
+    """
+    q = _check_qkv(q, k_pool, v_pool)
+    batch = qo_indptr.shape[0] - 1
+    _, num_heads, head_dim = q.shape
+    group = num_heads // k_pool.shape[1]
+    out = torch.empty_like(q)
+    grid = (batch, num_heads, max(1, math.ceil(max_extend_len / block_m)))
+    _extend_kernel[grid](
+        q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, out,
+        sm_scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_pool.stride(0), k_pool.stride(1),
+        v_pool.stride(0), v_pool.stride(1),
+        out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(q.dtype),
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out

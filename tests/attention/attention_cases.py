@@ -1,0 +1,145 @@
+"""Shared cases for the attention backend tests: random batches over a KV pool
+and the relative error of a backend against the torch reference.
+
+Also a script: `TRITON_INTERPRET=1 python attention_cases.py` runs the Triton
+backend on the CPU over `CPU_CASES` and prints one JSON object of errors.
+The tests run it in a subprocess so that the interpreter flag (read when
+triton kernels are defined) never reaches the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from radixserve.cache.kv_pool import KVPool, KVPoolConfig
+from radixserve.model.attention import make_attention_backend
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.attention.torch_backend import TorchAttention
+from radixserve.model.forward_batch import ForwardBatch
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    prefix_lens: tuple[int, ...]
+    extend_lens: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+    num_layers: int = 2
+    decode_splits: int | None = None  # Triton only: force the split-K factor
+
+    @property
+    def is_decode(self) -> bool:
+        return all(e == 1 for e in self.extend_lens)
+
+
+# Small enough for the interpreter; each crosses the kernels' tile edges
+# (16 on the CPU): prefixes and extends that are not multiples of 16, an
+# empty prefix, decodes inside an extend batch, empty decode splits.
+CPU_CASES = [
+    Case("mixed_gqa4_d64", 8, 2, 64, (0, 23, 40, 0, 7), (19, 5, 1, 1, 33)),
+    Case("mixed_mha_d128", 2, 2, 128, (17, 0, 3), (1, 20, 16)),
+    Case("mixed_gqa3_d96", 6, 2, 96, (31, 1), (9, 2)),
+    Case("decode_gqa4_d128", 8, 2, 128, (0, 70, 33, 5), (1, 1, 1, 1)),
+    Case("decode_split3_d64", 8, 2, 64, (0, 70, 33, 5), (1, 1, 1, 1), decode_splits=3),
+    # 5 splits over contexts of 1 and 2 tokens leaves most splits empty.
+    Case("decode_split5_short", 4, 1, 64, (0, 1, 50), (1, 1, 1), decode_splits=5),
+    Case("mixed_fp16_d64", 8, 2, 64, (9, 0), (12, 1), dtype=torch.float16),
+    Case("decode_fp16_split2", 8, 2, 64, (40, 3), (1, 1), dtype=torch.float16, decode_splits=2),
+]
+
+
+def make_pool_and_batch(case: Case, device: str, num_slots: int | None = None) -> tuple[KVPool, ForwardBatch]:
+    """A pool filled with random K/V and a batch whose requests own random,
+    scattered slots (so slot order never matches position order)."""
+    seq = [p + e for p, e in zip(case.prefix_lens, case.extend_lens, strict=True)]
+    num_slots = num_slots or 2 * sum(seq) + 8
+    pool = KVPool(
+        KVPoolConfig(case.num_layers, case.num_kv_heads, case.head_dim, dtype=case.dtype, device=device),
+        num_slots,
+    )
+    for layer in range(case.num_layers):
+        pool.k[layer].normal_()
+        pool.v[layer].normal_()
+    perm = torch.randperm(num_slots)
+    starts = [0]
+    for n in seq:
+        starts.append(starts[-1] + n)
+    slots = [perm[a:b] for a, b in zip(starts, starts[1:], strict=False)]
+    ids = torch.zeros(sum(case.extend_lens), dtype=torch.int64)
+    batch = ForwardBatch.build(ids, list(case.extend_lens), list(case.prefix_lens), slots, device=device)
+    return pool, batch
+
+
+def clone_pool(pool: KVPool) -> KVPool:
+    other = KVPool(pool.config, pool.num_slots)
+    for layer in range(pool.config.num_layers):
+        other.k[layer].copy_(pool.k[layer])
+        other.v[layer].copy_(pool.v[layer])
+    return other
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere gives NaN (fails any bound)."""
+    out64, ref64 = out.double(), ref.double()
+    return float((out64 - ref64).norm() / ref64.norm())
+
+
+def compare(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: ForwardBatch) -> dict[str, float]:
+    """Run every layer through `backend` (on its pool) and the float32 torch
+    reference (on `ref_pool`, a copy of the same starting pool), with fresh
+    q/k/v per layer. Returns the worst output error and pool error."""
+    scale = case.head_dim**-0.5
+    device = ref_pool.config.device
+    cfg = KVPoolConfig(case.num_layers, case.num_kv_heads, case.head_dim, torch.float32, device)
+    ref32 = KVPool(cfg, ref_pool.num_slots)
+    for layer in range(case.num_layers):
+        ref32.k[layer].copy_(ref_pool.k[layer])
+        ref32.v[layer].copy_(ref_pool.v[layer])
+    ref = TorchAttention(ref32, case.num_heads, case.num_kv_heads, case.head_dim, scale)
+    backend.plan(batch)
+    ref.plan(batch)
+    device = batch.kv_indices.device
+    worst = {"out": 0.0, "pool": 0.0}
+    tokens = batch.num_tokens
+    for layer in range(case.num_layers):
+        q = torch.randn(tokens, case.num_heads, case.head_dim, device=device).to(case.dtype)
+        k = torch.randn(tokens, case.num_kv_heads, case.head_dim, device=device).to(case.dtype)
+        v = torch.randn(tokens, case.num_kv_heads, case.head_dim, device=device).to(case.dtype)
+        out = backend.forward(q, k, v, layer, batch)
+        expect = ref.forward(q.float(), k.float(), v.float(), layer, batch)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        worst["out"] = max(worst["out"], rel_err(out, expect))
+        pool_err = max(
+            rel_err(backend.pool.k[layer], ref32.k[layer]), rel_err(backend.pool.v[layer], ref32.v[layer])
+        )
+        worst["pool"] = max(worst["pool"], pool_err)
+    return worst
+
+
+def run_triton_cpu_cases() -> dict[str, dict[str, float]]:
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    results: dict[str, dict[str, float]] = {}
+    for case in CPU_CASES:
+        pool, batch = make_pool_and_batch(case, "cpu")
+        ref_pool = clone_pool(pool)
+        backend = make_attention_backend(
+            "triton", pool, case.num_heads, case.num_kv_heads, case.head_dim, case.head_dim**-0.5
+        )
+        assert backend.name == "triton"
+        backend.decode_splits = case.decode_splits  # type: ignore[attr-defined]
+        results[case.name] = compare(case, backend, ref_pool, batch)
+    return results
+
+
+if __name__ == "__main__":
+    seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    print(json.dumps({"seed": seed, "results": run_triton_cpu_cases()}))
