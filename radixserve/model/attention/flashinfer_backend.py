@@ -1,0 +1,278 @@
+"""Attention through FlashInfer's paged kernels (page size 1, NHD layout).
+
+The pool's per-layer `[num_slots, Hkv, D]` buffers are FlashInfer's paged
+cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
+`kv_indices` are its page table as they stand, so nothing is converted.
+
+- Extend steps (any request with several new tokens, mixed with decodes or
+  not) use `BatchPrefillWithPagedKVCacheWrapper` with the causal mask, which
+  aligns each request's queries to the end of its context (the prefix offset).
+- Pure-decode steps use `BatchDecodeWithPagedKVCacheWrapper`, on tensor cores
+  when a KV head serves at least 4 query heads (the group fills an MMA tile;
+  below that the CUDA-core kernel wins).
+- `plan(batch)` plans one wrapper per step, shared by all layers; its host
+  inputs (indptrs, page lengths) are built from the batch's host lists, so
+  planning never reads the device.
+- One float workspace is shared by every wrapper: they run one after the other
+  on one stream.
+
+CUDA graphs for decode (the runner's side):
+
+    state = backend.make_cuda_graph_decode_state(bs, max_kv_tokens)
+    backend.plan_cuda_graph(state, warmup_batch)      # outside the graph
+    with torch.cuda.graph(g): logits = model(static_batch)   # forward() runs state's wrapper
+    ...
+    each step: copy inputs into the static buffers (input_ids, positions,
+    out_slots), then backend.plan_cuda_graph(state, batch); g.replay()
+
+Plan always happens outside the graph (it copies the page table into the
+state's fixed buffers and writes the kernel schedule); the captured kernels
+read those buffers. A padded batch must give every padding row a context of
+at least one token and an out slot that no live request reads (a scratch
+slot), since the graph writes K/V for all `bs` rows.
+
+Written against the `plan` / `run` API shared by flashinfer 0.3.x and 0.7.x
+(keyword arguments after `page_size`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.forward_batch import ForwardBatch
+
+WORKSPACE_BYTES = 128 << 20
+TENSOR_CORE_MIN_GROUP = 4
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def import_flashinfer() -> Any:
+    """The flashinfer module, or an ImportError that says how to get it."""
+    try:
+        import flashinfer
+    except ImportError as e:
+        raise ImportError(
+            "the flashinfer attention backend needs the flashinfer-python package "
+            "(pip install 'flashinfer-python>=0.3.1'; offline GPU machines: scripts/build_gpu_wheels.sh)"
+        ) from e
+    return flashinfer
+
+
+class _PlanGuard:
+    """Waits until a wrapper's previous plan has left its pinned host buffer.
+
+    FlashInfer's plan writes the schedule into a pinned host buffer and queues
+    an async copy to the device without waiting. A second plan of the same
+    wrapper before that copy ran would overwrite the first schedule; the event
+    makes that impossible. Wrappers alternate between steps, so by the time a
+    wrapper is planned again its copy is long done and the wait is free.
+    """
+
+    def __init__(self) -> None:
+        self._event: torch.cuda.Event | None = None
+
+    def before_plan(self) -> None:
+        if self._event is not None:
+            self._event.synchronize()
+
+    def after_plan(self) -> None:
+        if self._event is None:
+            self._event = torch.cuda.Event()
+        self._event.record()
+
+
+@dataclass
+class _Slot:
+    wrapper: Any
+    guard: _PlanGuard = field(default_factory=_PlanGuard)
+
+
+@dataclass
+class FlashInferDecodeGraphState:
+    """A decode wrapper with fixed-size page-table buffers for one batch size."""
+
+    batch_size: int
+    max_kv_tokens: int
+    slot: _Slot
+    kv_indptr: torch.Tensor  # [bs + 1] int32, device
+    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
+    last_page_len: torch.Tensor  # [bs] int32, device
+
+
+def _host_indptr(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+class FlashInferAttention(AttentionBackend):
+    name = "flashinfer"
+
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        decode_tensor_cores: bool | None = None,
+        prefill_backend: str = "fa2",
+        workspace_bytes: int = WORKSPACE_BYTES,
+    ) -> None:
+        """`decode_tensor_cores`: None picks by GQA group size (>= 4).
+        `prefill_backend`: FlashInfer's name; "fa2" shares its compiled module
+        with the tensor-core decode path (one JIT build per dtype and head
+        size), "auto" lets FlashInfer pick FA3 on Hopper."""
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
+        fi = import_flashinfer()
+        device = torch.device(pool.config.device)
+        if device.type != "cuda":
+            raise RuntimeError(f"the flashinfer attention backend needs a CUDA KV pool, got device {device}")
+        if pool.config.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(
+                f"the flashinfer attention backend supports float16/bfloat16 KV, got {pool.config.dtype}"
+            )
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+        self._fi = fi
+        self.device = device
+        self.dtype = pool.config.dtype
+        group = num_heads // num_kv_heads
+        self.decode_tensor_cores = (
+            group >= TENSOR_CORE_MIN_GROUP if decode_tensor_cores is None else decode_tensor_cores
+        )
+        self.prefill_backend = prefill_backend
+        # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
+        self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
+        # Two wrappers of each kind, alternated per step (see _PlanGuard).
+        self._prefill = [
+            _Slot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
+            for _ in range(2)
+        ]
+        self._decode = [
+            _Slot(
+                fi.BatchDecodeWithPagedKVCacheWrapper(
+                    self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores
+                )
+            )
+            for _ in range(2)
+        ]
+        self._turn = {"prefill": 0, "decode": 0}
+        self._active: Any = None
+        self._graph_indices: torch.Tensor | None = None
+        # Page-size-1 views of each layer's buffers, made once.
+        self._caches = [
+            (k.view(-1, 1, num_kv_heads, head_dim), v.view(-1, 1, num_kv_heads, head_dim))
+            for k, v in zip(pool.k, pool.v, strict=True)
+        ]
+
+    def _next(self, kind: str) -> _Slot:
+        slots = self._prefill if kind == "prefill" else self._decode
+        i = self._turn[kind]
+        self._turn[kind] = i ^ 1
+        return slots[i]
+
+    def _plan_decode(self, slot: _Slot, batch: ForwardBatch) -> None:
+        slot.guard.before_plan()
+        slot.wrapper.plan(
+            _host_indptr(batch.seq_lens),
+            batch.kv_indices,
+            torch.ones(batch.batch_size, dtype=torch.int32),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            1,
+            pos_encoding_mode="NONE",
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+            sm_scale=self.scale,
+            non_blocking=True,
+        )
+        slot.guard.after_plan()
+        self._active = slot.wrapper
+
+    def plan(self, batch: ForwardBatch) -> None:
+        if batch.is_decode:
+            self._plan_decode(self._next("decode"), batch)
+            return
+        slot = self._next("prefill")
+        slot.guard.before_plan()
+        slot.wrapper.plan(
+            _host_indptr(batch.extend_lens),
+            _host_indptr(batch.seq_lens),
+            batch.kv_indices,
+            torch.ones(batch.batch_size, dtype=torch.int32),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            1,
+            causal=True,
+            pos_encoding_mode="NONE",
+            sm_scale=self.scale,
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+            non_blocking=True,
+        )
+        slot.guard.after_plan()
+        self._active = slot.wrapper
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        if self._active is None:
+            raise RuntimeError("FlashInferAttention.forward before plan()")
+        self.pool.write(layer, batch.out_slots, k, v)
+        qc = q.to(self.dtype).contiguous()
+        out = self._active.run(qc, self._caches[layer])
+        return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    # --- CUDA graphs (decode) -------------------------------------------------
+
+    def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> FlashInferDecodeGraphState:
+        """A graph-capturable decode wrapper for exactly `batch_size` rows whose
+        contexts add up to at most `max_kv_tokens` slots.
+
+        Create one per captured batch size, largest first: the page-table
+        buffer is shared by all states (only one graph replays at a time, and
+        each replay's plan refills it first), so the first call sizes it.
+        """
+        if batch_size <= 0 or max_kv_tokens < batch_size:
+            raise ValueError(
+                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
+            )
+        if self._graph_indices is None or self._graph_indices.numel() < max_kv_tokens:
+            indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=self.device)
+            if self._graph_indices is None:
+                self._graph_indices = indices
+        else:
+            indices = self._graph_indices
+        indptr = torch.zeros(batch_size + 1, dtype=torch.int32, device=self.device)
+        last = torch.ones(batch_size, dtype=torch.int32, device=self.device)
+        wrapper = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+            self._workspace,
+            "NHD",
+            use_cuda_graph=True,
+            use_tensor_cores=self.decode_tensor_cores,
+            paged_kv_indptr_buffer=indptr,
+            paged_kv_indices_buffer=indices,
+            paged_kv_last_page_len_buffer=last,
+        )
+        return FlashInferDecodeGraphState(batch_size, max_kv_tokens, _Slot(wrapper), indptr, indices, last)
+
+    def plan_cuda_graph(self, state: FlashInferDecodeGraphState, batch: ForwardBatch) -> None:
+        """Plan `state` for `batch` (padded to `state.batch_size` decode rows),
+        outside any graph; the next captured forward or replay uses it."""
+        if batch.batch_size != state.batch_size or not batch.is_decode:
+            raise ValueError(
+                f"graph state for {state.batch_size} decode rows got a batch of {batch.batch_size} "
+                f"(decode={batch.is_decode})"
+            )
+        if batch.kv_indices.numel() > state.max_kv_tokens:
+            raise ValueError(
+                f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
+            )
+        self._plan_decode(state.slot, batch)
