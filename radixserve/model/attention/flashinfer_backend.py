@@ -9,7 +9,9 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
   aligns each request's queries to the end of its context (the prefix offset).
 - Pure-decode steps use `BatchDecodeWithPagedKVCacheWrapper`, on tensor cores
   when a KV head serves at least 4 query heads (the group fills an MMA tile;
-  below that the CUDA-core kernel wins).
+  below that the CUDA-core kernel wins). H200, Llama-8B heads, B=64, ctx 1024,
+  bf16: 0.095 ms tensor cores against 0.121 ms CUDA cores. The tensor-core
+  path also reuses the prefill module, so one JIT build serves both.
 - `plan(batch)` plans one wrapper per step, shared by all layers; its host
   inputs (indptrs, page lengths) are built from the batch's host lists, so
   planning never reads the device.

@@ -5,6 +5,12 @@ the same `kv_indptr` / `kv_indices` the scheduler builds, so no layout
 conversion happens. A pure-decode step runs the split-K decode kernel;
 any step with a multi-token request runs the extend kernel for all rows.
 On the CPU the kernels run under `TRITON_INTERPRET=1` (tests only).
+
+Decode is capturable in a CUDA graph when `decode_splits` is fixed (the grid
+then depends on the batch size alone): the kernels read each request's range
+from `kv_indptr` on the device, so a runner that keeps `kv_indptr`,
+`kv_indices` (sized for the longest batch) and `out_slots` in static buffers
+can replay one graph per batch size.
 """
 
 from __future__ import annotations
