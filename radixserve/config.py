@@ -1,0 +1,72 @@
+"""`EngineConfig`: everything an engine is built from, in one frozen dataclass.
+
+Each component takes only its own part (`scheduler_config()`), so there is no
+global configuration object to reach into.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from radixserve.sched.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "smollm2-135m-instruct"  # embedded name, "dummy:<shape>", HF folder or .gguf file
+    load_format: str = "auto"  # "auto" or "dummy" (random weights for a named shape)
+    dtype: str = "auto"  # "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16", "float16"
+    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:1"
+    overlap: bool = True  # RADIXSERVE_DISABLE_OVERLAP=1 turns it off
+    chunked_prefill_size: int = 8192  # prefill tokens per step; long prompts go in chunks of this
+    max_running_requests: int = 256
+    kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
+    kv_cache_bytes: int | None = None
+    mem_fraction: float = 0.85  # GPU: share of free memory (after weights) for the KV pool
+    page_size: int = 1
+    enable_radix_cache: bool = True
+    context_length: int | None = None  # default: the model's max positions
+    attention_backend: str = "auto"  # "auto", "flashinfer", "triton", "torch"
+    cuda_graph: bool = True
+    decode_reserve_ratio: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("chunked_prefill_size", "max_running_requests", "page_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
+        if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
+            raise ValueError(
+                f"EngineConfig.attention_backend={self.attention_backend!r}: "
+                "use auto, flashinfer, triton or torch"
+            )
+        if not 0.0 < self.mem_fraction <= 1.0:
+            raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
+
+    @property
+    def overlap_enabled(self) -> bool:
+        return self.overlap and os.environ.get("RADIXSERVE_DISABLE_OVERLAP", "0") not in ("1", "true", "True")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+        return getattr(torch, self.dtype)
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_running_requests=self.max_running_requests,
+            chunked_prefill_size=self.chunked_prefill_size,
+            enable_radix_cache=self.enable_radix_cache,
+            decode_reserve_ratio=self.decode_reserve_ratio,
+        )

@@ -1,0 +1,405 @@
+"""`AsyncEngine` and its blocking facade `Engine`: the objects users touch.
+
+The engine lives in the caller's asyncio event loop. Requests are tokenized
+and validated there (a bad request raises in the caller and never reaches the
+worker); the worker thread (`sched/worker.py`) schedules and runs the model;
+its outputs come back once per step through `loop.call_soon_threadsafe` into
+one queue per request, which `generate()` drains as an async generator.
+Leaving the `async for` early or cancelling the task aborts the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.kv_pool import KVPool
+from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.config import EngineConfig
+from radixserve.model.attention import make_attention_backend
+from radixserve.model.loader import LoadedModel, load_model
+from radixserve.model.runner import ModelRunner
+from radixserve.outputs import RequestOutput
+from radixserve.sampling_params import SamplingParams
+from radixserve.sched.request import Request
+from radixserve.sched.scheduler import Scheduler
+from radixserve.sched.worker import Worker
+
+Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+
+_CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
+
+
+class EngineDeadError(RuntimeError):
+    """The worker thread failed; the engine takes no more requests."""
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+        self.config = (
+            replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: Worker | None = None
+        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self._active = 0  # completions submitted and not yet finished
+        self._idle: asyncio.Event | None = None
+        self._arrival = itertools.count()
+        self._error: BaseException | None = None
+        self.loaded: LoadedModel | None = None
+        self.scheduler: Scheduler | None = None
+        self.context_length = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> AsyncEngine:
+        if self._worker is not None:
+            return self
+        self._loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        await asyncio.to_thread(self._build)
+        assert self._worker is not None
+        self._worker.start()
+        return self
+
+    def _build(self) -> None:
+        cfg = self.config
+        device, dtype = cfg.torch_device(), cfg.torch_dtype()
+        loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
+        mc = loaded.config
+        self.context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
+        pool_cfg = mc.kv_pool_config(dtype, device)
+        pool = KVPool(pool_cfg, self._kv_slots(pool_cfg.bytes_per_slot, device))
+        attn = make_attention_backend(
+            cfg.attention_backend, pool, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.attn_scale
+        )
+        allocator = SlotAllocator(pool.num_slots)
+        cache = RadixCache(allocator, page_size=cfg.page_size)
+        table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1)
+        self.scheduler = Scheduler(cfg.scheduler_config(), allocator, cache, table, loaded.tokenizer)
+        runner = ModelRunner(loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device)
+        self.loaded = loaded
+        self.pool = pool
+        self._worker = Worker(self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled)
+
+    def _kv_slots(self, bytes_per_slot: int, device: Any) -> int:
+        cfg = self.config
+        if cfg.kv_cache_tokens is not None:
+            return cfg.kv_cache_tokens
+        if cfg.kv_cache_bytes is not None:
+            return max(1, cfg.kv_cache_bytes // bytes_per_slot)
+        if device.type == "cuda":
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(device)
+            return max(1, int(free * cfg.mem_fraction) // bytes_per_slot)
+        return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * self.context_length))
+
+    async def shutdown(self, drain: bool = True) -> None:
+        """Stop the worker; with `drain`, first let every submitted request finish."""
+        if self._worker is None:
+            return
+        if drain and self._error is None:
+            assert self._idle is not None
+            await self._idle.wait()
+        worker, self._worker = self._worker, None
+        await asyncio.to_thread(worker.stop)
+
+    async def __aenter__(self) -> AsyncEngine:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown(drain=exc[0] is None)
+
+    @property
+    def healthy(self) -> bool:
+        return self._worker is not None and self._worker.alive and self._error is None
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer if self.loaded else None
+
+    # ---- requests ------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        extra_key: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream outputs of one request (n completions interleaved, told apart by `index`)."""
+        params = params or SamplingParams()
+        reqs = self._make_requests(prompt, params, request_id, extra_key)
+        rid = reqs[0].rid
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._streams[rid] = queue
+        self._active += len(reqs)
+        assert self._idle is not None and self._worker is not None
+        self._idle.clear()
+        self._worker.submit("add", reqs)
+        remaining = len(reqs)
+        try:
+            while remaining:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.finished:
+                    remaining -= 1
+                yield item
+        finally:
+            self._streams.pop(rid, None)
+            if remaining and self._worker is not None and self._error is None:
+                self._worker.submit("abort", (rid, "cancelled by the caller"))
+
+    async def complete(
+        self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
+    ) -> RequestOutput | list[RequestOutput]:
+        """The final output (a list of n outputs, by index, when `params.n > 1`)."""
+        final: dict[int, RequestOutput] = {}
+        async for out in self.generate(prompt, params, **kw):
+            if out.finished:
+                final[out.index] = out
+        outs = [final[i] for i in sorted(final)]
+        return outs[0] if len(outs) == 1 else outs
+
+    async def generate_many(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        progress: bool = False,
+    ) -> list[RequestOutput | list[RequestOutput]]:
+        """Run many requests concurrently; results in prompt order."""
+        plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"generate_many: {len(prompts)} prompts but {len(plist)} SamplingParams")
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(prompts), desc="radixserve")
+
+        async def one(p: Prompt, sp: SamplingParams | None) -> RequestOutput | list[RequestOutput]:
+            res = await self.complete(p, sp)
+            if bar is not None:
+                bar.update(1)
+            return res
+
+        try:
+            return list(await asyncio.gather(*(one(p, sp) for p, sp in zip(prompts, plist))))
+        finally:
+            if bar is not None:
+                bar.close()
+
+    async def abort(self, request_id: str) -> None:
+        if self._worker is not None:
+            self._worker.submit("abort", (request_id, "aborted by abort()"))
+
+    # ---- maintenance (run on the worker thread, between steps) ---------------------------
+
+    async def _call(self, fn: Any) -> Any:
+        self._check_alive()
+        assert self._loop is not None and self._worker is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+
+        def done(value: Any, err: BaseException | None) -> None:
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_exception(err) if err else fut.set_result(value)
+
+            self._loop.call_soon_threadsafe(settle)  # type: ignore[union-attr]
+
+        self._worker.submit("call", (fn, done))
+        return await fut
+
+    async def flush_cache(self) -> bool:
+        """Empty the radix cache; False (nothing done) while requests are running."""
+
+        def flush(s: Scheduler) -> bool:
+            if s.has_work or s.cache is None:
+                return s.cache is None and not s.has_work
+            s.cache.reset()
+            return True
+
+        return bool(await self._call(flush))
+
+    async def check_integrity(self) -> None:
+        """Assert every KV slot is free, in the radix tree, or owned by a running request."""
+        await self._call(lambda s: s.check_integrity())
+
+    async def stats(self) -> dict[str, Any]:
+        def read(s: Scheduler) -> dict[str, Any]:
+            return {
+                "waiting": len(s.waiting),
+                "running": len(s.running),
+                "free_slots": s.allocator.num_free,
+                "total_slots": s.allocator.num_slots,
+                "cached_tokens": s.cache.total_size if s.cache else 0,
+                "prompt_tokens": s.prompt_tokens_admitted,
+                "prompt_tokens_cached": s.cached_tokens_admitted,
+                "retractions": s.retractions,
+            }
+
+        return dict(await self._call(read))
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        if self._error is not None:
+            raise EngineDeadError(f"the engine's worker failed: {self._error!r}") from self._error
+        if self._worker is None:
+            raise RuntimeError(
+                "the engine is not running: use `async with engine:` or `await engine.start()`"
+            )
+
+    def _make_requests(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None, extra_key: str | None
+    ) -> list[Request]:
+        self._check_alive()
+        assert self.loaded is not None
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        ids = self._tokenize(prompt)
+        if not ids:
+            raise ValueError("the prompt is empty")
+        if len(ids) >= self.context_length:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; the context is {self.context_length} tokens "
+                "(the prompt plus at least one generated token must fit)"
+            )
+        vocab = self.loaded.config.vocab_size
+        if max(ids) >= vocab or min(ids) < 0:
+            raise ValueError(f"input_ids must be token ids in [0, {vocab})")
+        params.check_vocab(vocab)
+        rid = request_id or uuid.uuid4().hex
+        if rid in self._streams:
+            raise ValueError(f"request_id {rid!r} is already running")
+        eos = frozenset(self.loaded.config.eos_token_ids)
+        reqs = []
+        for i in range(params.n):
+            # Completions of one seeded request differ from each other but not between runs.
+            p = params if params.n == 1 or params.seed is None else replace(params, seed=params.seed + i, n=1)
+            reqs.append(
+                Request(
+                    rid, i, list(ids), p, eos, self.context_length, extra_key, arrival=next(self._arrival)
+                )
+            )
+        return reqs
+
+    def _tokenize(self, prompt: Prompt) -> list[int]:
+        tok = self.tokenizer
+        if isinstance(prompt, str):
+            if tok is None:
+                raise ValueError("this model has no tokenizer: pass token ids instead of text")
+            return list(tok.encode(prompt, add_special_tokens=True))
+        seq = list(prompt)
+        if seq and isinstance(seq[0], dict):
+            if tok is None or not getattr(tok, "chat_template", None):
+                raise ValueError("this model has no chat template: pass text or token ids")
+            text = tok.apply_chat_template(seq, tokenize=False, add_generation_prompt=True)
+            return list(tok.encode(text, add_special_tokens=False))
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
+            raise TypeError("a prompt is a string, a list of chat messages (dicts) or a list of token ids")
+        return seq
+
+    def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._dispatch, outputs)
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:  # event loop
+        for out in outputs:
+            q = self._streams.get(out.request_id)
+            if q is not None:
+                q.put_nowait(out)
+            if out.finished:
+                self._active -= 1
+        if self._active <= 0 and self._idle is not None:
+            self._active = 0
+            self._idle.set()
+
+    def _fail(self, err: BaseException) -> None:  # worker thread
+        assert self._loop is not None
+
+        def fail_all() -> None:
+            self._error = err
+            for q in self._streams.values():
+                q.put_nowait(EngineDeadError(f"the engine's worker failed: {err!r}"))
+            self._active = 0
+            if self._idle is not None:
+                self._idle.set()
+
+        self._loop.call_soon_threadsafe(fail_all)
+
+
+class Engine:
+    """Blocking facade over `AsyncEngine` for scripts and notebooks (its own loop thread)."""
+
+    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="radixserve-loop", daemon=True)
+        self._thread.start()
+        self.engine = AsyncEngine(config, **overrides)
+        self._run(self.engine.start())
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def generate(
+        self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
+    ) -> Iterator[RequestOutput]:
+        agen = self.engine.generate(prompt, params, **kw)
+        try:
+            while True:
+                try:
+                    yield self._run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(agen.aclose())
+
+    def complete(self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any) -> Any:
+        return self._run(self.engine.complete(prompt, params, **kw))
+
+    def generate_many(
+        self, prompts: Sequence[Prompt], params: Any = None, progress: bool = False
+    ) -> list[Any]:
+        return self._run(self.engine.generate_many(prompts, params, progress=progress))
+
+    def flush_cache(self) -> bool:
+        return bool(self._run(self.engine.flush_cache()))
+
+    def check_integrity(self) -> None:
+        self._run(self.engine.check_integrity())
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._run(self.engine.stats()))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    @property
+    def healthy(self) -> bool:
+        return self.engine.healthy
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self.engine.shutdown(drain=False))
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,136 @@
+"""`ModelRunner`: one forward + sample per step, launched without waiting.
+
+`launch()` enqueues the whole step on the runner's CUDA stream (on the CPU it
+simply runs) and returns a `StepHandle` at once. The sampled ids land in an
+on-device buffer indexed by request row, from which the next step takes the
+input token of every request whose previous token is still in flight; their
+host copy is started without blocking and read by `StepHandle.wait()`, the one
+device-to-host sync per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.forward_batch import ForwardBatch
+from radixserve.model.sampler import SampleOutput, Sampler, SamplingInputs
+
+
+@dataclass
+class StepHandle:
+    """Host tensors being filled by the device, and the event that says when they are."""
+
+    next_ids: torch.Tensor  # [n] int64 (host)
+    event: torch.cuda.Event | None
+    logprobs: torch.Tensor | None = None  # [n]
+    top_ids: torch.Tensor | None = None  # [n, k]
+    top_logprobs: torch.Tensor | None = None
+    prompt_lps: torch.Tensor | None = None  # [m] logprob of each prompt target
+    prompt_top_ids: torch.Tensor | None = None
+    prompt_top_lps: torch.Tensor | None = None
+
+    def result(self) -> StepResult:
+        """Wait for the device (the step's one sync), then read the host copies."""
+        if self.event is not None:
+            self.event.synchronize()
+        res = StepResult(next_ids=self.next_ids.tolist())
+        if self.logprobs is not None:
+            res.logprobs = self.logprobs.tolist()
+            if self.top_ids is not None and self.top_logprobs is not None:
+                res.top = [
+                    list(zip(i, lp)) for i, lp in zip(self.top_ids.tolist(), self.top_logprobs.tolist())
+                ]
+        if self.prompt_lps is not None:
+            lps = self.prompt_lps.tolist()
+            tops: list[list[tuple[int, float]]] = [[] for _ in lps]
+            if self.prompt_top_ids is not None and self.prompt_top_lps is not None:
+                tops = [
+                    list(zip(i, lp))
+                    for i, lp in zip(self.prompt_top_ids.tolist(), self.prompt_top_lps.tolist())
+                ]
+            res.prompt_lps = list(zip(lps, tops))
+        return res
+
+
+@dataclass
+class StepResult:
+    """What one step produced, on the host."""
+
+    next_ids: list[int]
+    logprobs: list[float] | None = None
+    top: list[list[tuple[int, float]]] | None = None  # per sampled token: (id, logprob), best first
+    prompt_lps: list[tuple[float, list[tuple[int, float]]]] | None = None  # per prompt-logprob row
+
+
+class ModelRunner:
+    def __init__(
+        self, model: nn.Module, attn: AttentionBackend, vocab_size: int, max_rows: int, device: torch.device
+    ) -> None:
+        self.model = model
+        self.attn = attn
+        self.device = device
+        self.sampler = Sampler(vocab_size, max_rows, device)
+        self.last_tokens = torch.zeros(max_rows, dtype=torch.int64, device=device)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def launch(
+        self,
+        fb: ForwardBatch,
+        sampling: SamplingInputs,
+        pending_pos: list[int],
+        pending_rows: list[int],
+        prompt_lp_targets: list[int] | None = None,
+        prompt_top_k: int = 0,
+    ) -> StepHandle:
+        if self.stream is None:
+            return self._step(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
+        with torch.cuda.stream(self.stream):
+            return self._step(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
+
+    @torch.inference_mode()
+    def _step(
+        self,
+        fb: ForwardBatch,
+        sampling: SamplingInputs,
+        pending_pos: list[int],
+        pending_rows: list[int],
+        prompt_lp_targets: list[int] | None,
+        prompt_top_k: int,
+    ) -> StepHandle:
+        if pending_pos:  # ids sampled by the previous step, still on the device
+            pos = torch.tensor(pending_pos, device=self.device)
+            fb.input_ids[pos] = self.last_tokens[torch.tensor(pending_rows, device=self.device)]
+        self.attn.plan(fb)
+        logits = self.model(fb, self.attn)
+        n = len(sampling)
+        out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
+        if n:
+            self.last_tokens[torch.tensor(sampling.rows, device=self.device)] = out.next_ids
+        handle = StepHandle(next_ids=_to_host(out.next_ids), event=None)
+        if out.logprobs is not None:
+            handle.logprobs = _to_host(out.logprobs)
+            if out.top_ids is not None:
+                handle.top_ids = _to_host(out.top_ids)
+                handle.top_logprobs = _to_host(out.top_logprobs)
+        if prompt_lp_targets:
+            lp = torch.log_softmax(logits[n:].float(), dim=-1)
+            tgt = torch.tensor(prompt_lp_targets, device=self.device)
+            handle.prompt_lps = _to_host(lp.gather(1, tgt[:, None])[:, 0])
+            if prompt_top_k:
+                top_lps, top_ids = lp.topk(prompt_top_k, dim=-1)
+                handle.prompt_top_ids, handle.prompt_top_lps = _to_host(top_ids), _to_host(top_lps)
+        if self.device.type == "cuda":
+            handle.event = torch.cuda.Event()
+            handle.event.record()
+        return handle
+
+
+def _to_host(t: torch.Tensor | None) -> torch.Tensor:
+    assert t is not None
+    if t.device.type == "cpu":
+        return t.clone()
+    return t.to("cpu", non_blocking=True)

@@ -1,0 +1,135 @@
+"""`SamplingParams`: how one request samples and when it stops.
+
+Validated on construction, in the caller's thread: a bad value raises
+`ValueError` naming the field, so nothing invalid ever reaches the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 16
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1: whole vocabulary
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+    n: int = 1
+    logprobs: bool = False  # logprob of each sampled token
+    top_logprobs: int = 0  # and that many most likely alternatives (needs logprobs)
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    skip_special_tokens: bool = True
+    # Logprobs of prompt tokens at positions >= prompt_logprobs_start (the
+    # frontend's `select` scores continuations with them).
+    prompt_logprobs: bool = False
+    prompt_logprobs_start: int = 0
+
+    def __post_init__(self) -> None:
+        # Accept lists/strings from callers but store immutable tuples.
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "logit_bias", dict(self.logit_bias))
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
+
+        _check_int(self, "max_tokens", 0)
+        _check_int(self, "min_tokens", 0)
+        _check_int(self, "n", 1)
+        _check_int(self, "top_logprobs", 0, 20)
+        _check_int(self, "prompt_logprobs_start", 0)
+        if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool)) or (
+            self.top_k != -1 and self.top_k < 1
+        ):
+            raise bad("top_k", "must be -1 (disabled) or an integer >= 1")
+        if self.min_tokens > self.max_tokens:
+            raise bad("min_tokens", f"must be <= max_tokens ({self.max_tokens})")
+        _check_float(self, "temperature", 0.0, None)
+        _check_float(self, "top_p", 0.0, 1.0, low_open=True)
+        _check_float(self, "min_p", 0.0, 1.0)
+        _check_float(self, "frequency_penalty", -2.0, 2.0)
+        _check_float(self, "presence_penalty", -2.0, 2.0)
+        _check_float(self, "repetition_penalty", 0.0, None, low_open=True)
+        if self.top_logprobs and not self.logprobs:
+            raise bad("top_logprobs", "needs logprobs=True")
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise bad("stop", "must be non-empty strings")
+        if not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "must be non-negative integers")
+        if self.seed is not None and not _is_int(self.seed):
+            raise bad("seed", "must be an integer or None")
+        for tok, bias in self.logit_bias.items():
+            if not _is_int(tok) or tok < 0:
+                raise bad("logit_bias", f"key {tok!r} is not a token id")
+            if not isinstance(bias, (int, float)) or bias != bias:
+                raise bad("logit_bias", f"bias for token {tok} is not a number")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def uses_penalties(self) -> bool:
+        return self.frequency_penalty != 0.0 or self.presence_penalty != 0.0 or self.repetition_penalty != 1.0
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Token ids must exist in the model's vocabulary (checked at submit time)."""
+        for name, ids in (("stop_token_ids", self.stop_token_ids), ("logit_bias", tuple(self.logit_bias))):
+            for t in ids:
+                if t >= vocab_size:
+                    raise ValueError(
+                        f"SamplingParams.{name}: token id {t} is outside the vocabulary ({vocab_size})"
+                    )
+
+    def replace(self, **changes: Any) -> SamplingParams:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_int(p: SamplingParams, name: str, low: int, high: int | None = None) -> None:
+    v = getattr(p, name)
+    if not _is_int(v) or v < low or (high is not None and v > high):
+        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"SamplingParams.{name}={v!r}: must be an integer {rng}")
+
+
+def _check_float(
+    p: SamplingParams, name: str, low: float, high: float | None, low_open: bool = False
+) -> None:
+    v = getattr(p, name)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    if ok:
+        ok = (v > low if low_open else v >= low) and (high is None or v <= high)
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = f"{high}]" if high is not None else "inf)"
+        raise ValueError(f"SamplingParams.{name}={v!r}: must be a number in {lo}{low}, {hi}")
+
+
+def as_stop_tuple(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)

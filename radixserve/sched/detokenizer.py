@@ -1,0 +1,88 @@
+"""Incremental detokenization and stop-string matching for one request.
+
+Decoding each new token alone breaks multi-byte characters and merges
+(SentencePiece spaces, byte-level BPE), so text is decoded over a short
+window of recent tokens and only the part that grew is emitted, the way
+vLLM and text-generation-inference do it. Text that could still become a stop
+string is held back until it is known not to be one, so a stop string never
+leaks into the stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Detokenizer:
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...], include_stop: bool, skip_special: bool) -> None:
+        self.tok = tokenizer
+        self.stop = stop
+        self.include_stop = include_stop
+        self.skip_special = skip_special
+        self.ids: list[int] = []
+        self.text = ""  # everything decoded so far (may include held-back text)
+        self.emitted = 0  # chars of self.text already handed to the caller
+        self._prefix_offset = 0
+        self._read_offset = 0
+        self.stopped_by: str | None = None
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=self.skip_special)
+
+    def add(self, token_ids: list[int]) -> None:
+        """Append tokens; afterwards check `stopped_by` and take `flush()`."""
+        if self.tok is None:
+            return
+        for t in token_ids:
+            if self.stopped_by is not None:
+                return
+            self.ids.append(t)
+            prefix = self._decode(self.ids[self._prefix_offset : self._read_offset])
+            full = self._decode(self.ids[self._prefix_offset :])
+            if len(full) > len(prefix) and not full.endswith("\ufffd"):
+                start = len(self.text)
+                self.text += full[len(prefix) :]
+                self._prefix_offset = self._read_offset
+                self._read_offset = len(self.ids)
+                self._check_stop(start)
+
+    def _check_stop(self, new_from: int) -> None:
+        for s in self.stop:
+            # A match can begin up to len(s)-1 chars before the new text.
+            at = self.text.find(s, max(0, new_from - len(s) + 1))
+            if at >= 0:
+                self.stopped_by = s
+                self.text = self.text[: at + len(s)] if self.include_stop else self.text[:at]
+                return
+
+    def flush(self, final: bool) -> str:
+        """New text for the caller; while running, hold back a possible stop prefix."""
+        end = len(self.text)
+        if not final and self.stopped_by is None and self.stop:
+            end -= self._held_back()
+        end = max(end, self.emitted)
+        out = self.text[self.emitted : end]
+        self.emitted = end
+        return out
+
+    def final_text(self) -> str:
+        if self.tok is None:
+            return ""
+        # Tokens still waiting for a complete character are decoded as they are.
+        if self.stopped_by is None and self._read_offset < len(self.ids):
+            tail = self._decode(self.ids[self._prefix_offset :])
+            head = self._decode(self.ids[self._prefix_offset : self._read_offset])
+            self.text += tail[len(head) :]
+            self._read_offset = len(self.ids)
+            self._check_stop(len(self.text) - len(tail[len(head) :]))
+        return self.text
+
+    def _held_back(self) -> int:
+        """Length of the longest suffix of text that is a proper prefix of a stop string."""
+        best = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(self.text)), best, -1):
+                if self.text.endswith(s[:n]):
+                    best = n
+                    break
+        return best

@@ -1,0 +1,84 @@
+"""`Request`: one sequence's state while the scheduler owns it.
+
+A request moves WAITING -> (prefilling, in chunks) -> RUNNING -> FINISHED;
+retraction sends a RUNNING request back to WAITING with its output kept, and
+abort ends it from any state. Only the worker thread touches a Request.
+
+KV bookkeeping: `slots[:kv_len]` are the KV slots of `all_ids[:kv_len]`
+(cached prefix first, then what this request computed). `slots` may hold one
+more slot than `kv_len` while a step is in flight. `lock_node` is the radix
+node this request holds locked (its cached prefix); `own_from` is where the
+slots this request allocated itself begin.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixserve.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"  # prefilling (chunks left) or decoding
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    rid: str
+    index: int  # which of the caller's n completions
+    prompt_ids: list[int]
+    params: SamplingParams
+    eos_ids: frozenset[int]
+    max_context: int
+    extra_key: str | None = None
+    arrival: int = 0  # monotonically increasing submit order (FCFS tie-break)
+
+    status: Status = Status.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    # KV state
+    slots: list[int] = field(default_factory=list)
+    kv_len: int = 0
+    own_from: int = 0  # slots[own_from:] were allocated by this request
+    lock_node: Any = None
+    cached_tokens: int = 0  # prompt tokens served from the cache (first admission)
+    admitted: bool = False
+    # in flight: a step has been launched whose sampled token is not yet known
+    pending: int = 0
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    error: str | None = None
+    # Sampling state shared with the runner (row in its per-request buffers).
+    row: int = -1
+    next_chunk: int = 0  # tokens allocated for the step being built
+    penalty_init: bool = False  # the sampler must rebuild this row's penalty state
+    prompt_logprobs: list[Any] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose ids are known or in flight (prompt + outputs + pending)."""
+        return len(self.prompt_ids) + len(self.output_ids) + self.pending
+
+    @property
+    def prefill_done(self) -> bool:
+        """Whether all tokens but the last known one have KV (decode can go on)."""
+        return self.kv_len >= len(self.prompt_ids) + len(self.output_ids) - 1 and self.kv_len > 0
+
+    @property
+    def remaining_tokens(self) -> int:
+        """How many more tokens this request may still generate."""
+        by_max = self.params.max_tokens - len(self.output_ids) - self.pending
+        by_ctx = self.max_context - self.num_tokens
+        return max(0, min(by_max, by_ctx))
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED

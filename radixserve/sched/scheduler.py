@@ -1,0 +1,464 @@
+"""The scheduling policy: who runs in the next step, and what happens after.
+
+Each step is either a prefill step or a decode step ("prefill first"):
+
+- Prefill: the request whose prompt is half-way through chunked prefill goes
+  on first, then waiting requests, longest cached prefix first (FCFS once the
+  queue is long, since ordering costs a tree match per request). A request is
+  admitted only if its new tokens plus a reserve for the decoding of every
+  running request fit in free + evictable KV. A request that shares an
+  uncached prefix with one already picked this step waits a step, so it hits
+  the cache instead of computing the same KV twice. Each chunk's KV goes into
+  the radix tree as soon as the chunk is scheduled.
+- Decode: every running request whose prompt is done gets one token. When
+  the pool runs dry, the requests cheapest to redo (fewest tokens) are
+  retracted: their KV goes into the tree (unlocked), they rejoin the queue
+  with their output kept, and continue later with the same tokens.
+
+`process()` takes the step's sampled tokens, applies stop rules, builds the
+outputs and releases finished requests (their KV into the tree, unlocked).
+In overlap mode the next step is scheduled before the last one is processed:
+a request then has `pending` tokens in flight, which the runner feeds forward
+on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.model.runner import StepResult
+from radixserve.model.sampler import SamplingInputs
+from radixserve.outputs import RequestOutput, TokenLogprob, Usage
+from radixserve.sched.batch import Batch
+from radixserve.sched.detokenizer import Detokenizer
+from radixserve.sched.request import Request, Status
+
+NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running_requests: int = 256
+    chunked_prefill_size: int = 8192  # prefill tokens per step
+    enable_radix_cache: bool = True
+    decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
+    lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
+    defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        allocator: SlotAllocator,
+        cache: RadixCache | None,
+        table: ReqToSlotTable,
+        tokenizer: Any = None,
+    ) -> None:
+        self.cfg = config
+        self.allocator = allocator
+        self.cache = cache if config.enable_radix_cache else None
+        self.table = table
+        self._slots_np = table.table.numpy()  # host table: cheap slicing per step
+        self.tokenizer = tokenizer
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._detok: dict[int, Detokenizer] = {}
+        self._aborted: list[RequestOutput] = []
+        self.prompt_tokens_admitted = 0
+        self.cached_tokens_admitted = 0
+        self.retractions = 0
+
+    # ---- queue ---------------------------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        p = req.params
+        self._detok[id(req)] = Detokenizer(
+            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens
+        )
+        self.waiting.append(req)
+
+    def abort(self, rid: str, why: str) -> None:
+        """End every completion of request `rid`; their outputs come with the next `process`."""
+        for req in [r for r in self.waiting if r.rid == rid]:
+            self.waiting.remove(req)
+            self._finish(req, "abort", error=why)
+        for req in [r for r in self.running if r.rid == rid]:
+            self._finish(req, "abort", error=why)
+
+    def take_aborted(self) -> list[RequestOutput]:
+        out, self._aborted = self._aborted, []
+        return out
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def live_slots(self) -> list[torch.Tensor]:
+        """Slots owned by running requests and not (yet) by the tree."""
+        return [
+            torch.from_numpy(self._slots_np[r.row, r.own_from : r.kv_len].astype(np.int64))
+            for r in self.running
+        ]
+
+    # ---- scheduling ----------------------------------------------------------------------
+
+    def schedule(self, inflight: bool = False) -> Batch | object | None:
+        """The next step's batch, None when idle, or NEED_SYNC (see module doc)."""
+        return self._schedule_prefill() or self._schedule_decode(inflight)
+
+    def _schedule_prefill(self) -> Batch | None:
+        budget = self.cfg.chunked_prefill_size
+        picked: list[tuple[Request, int]] = []
+        chunking = [r for r in self.running if not r.prefill_done]
+        for req in chunking:  # at most one, by construction
+            n = min(len(req.all_ids) - req.kv_len, budget)
+            if not self._grow(req, n):
+                break
+            picked.append((req, n))
+            budget -= n
+        new_reqs: list[Request] = []
+        for req, match in self._ordered_waiting():
+            if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
+                break
+            if self._shares_with_picked(req, match.length if match else 0, picked):
+                continue
+            n = min(len(req.all_ids) - (match.length if match else 0), budget)
+            if not self._admit(req, match, n):
+                break
+            new_reqs.append(req)
+            picked.append((req, n))
+            budget -= n
+        for req in new_reqs:
+            self.waiting.remove(req)
+            self.running.append(req)
+        if not picked:
+            return None
+        return self._build(picked, is_prefill=True)
+
+    def _ordered_waiting(self) -> list[tuple[Request, Any]]:
+        if self.cache is None:
+            return [(r, None) for r in self.waiting]
+        if len(self.waiting) > self.cfg.lpm_max_queue:
+            return [(r, None) for r in self.waiting]  # matched at admission instead
+        matched = [(r, self._match(r)) for r in self.waiting]
+        matched.sort(key=lambda rm: (-rm[1].length, rm[0].arrival))
+        return matched
+
+    def _match_limit(self, req: Request) -> int:
+        # At least one token must be computed to get logits; prompt logprobs
+        # from position s need the logits of position s-1.
+        limit = len(req.all_ids) - 1
+        if req.params.prompt_logprobs:
+            limit = min(limit, max(req.params.prompt_logprobs_start - 1, 0))
+        return max(limit, 0)
+
+    def _match(self, req: Request) -> Any:
+        assert self.cache is not None
+        return self.cache.match_prefix(req.all_ids[: self._match_limit(req)], req.extra_key)
+
+    def _shares_with_picked(self, req: Request, matched: int, picked: list[tuple[Request, int]]) -> bool:
+        need = self.cfg.defer_shared_min
+        if self.cache is None or len(req.all_ids) - matched < need:
+            return False
+        mine = np.asarray(req.all_ids[matched : matched + need])
+        for other, _n in picked:
+            if other.extra_key != req.extra_key or len(other.all_ids) < matched + need:
+                continue
+            theirs = np.asarray(other.all_ids[matched : matched + need])
+            if np.array_equal(mine, theirs):
+                return True
+        return False
+
+    def _decode_reserve(self, extra: tuple[Request, ...] = ()) -> int:
+        ratio = self.cfg.decode_reserve_ratio
+        return sum(math.ceil(r.remaining_tokens * ratio) for r in [*self.running, *extra])
+
+    def _available(self) -> int:
+        return self.allocator.num_free + (self.cache.evictable_size if self.cache else 0)
+
+    def _alloc(self, n: int) -> torch.Tensor | None:
+        return self.cache.alloc(n) if self.cache else self.allocator.alloc(n)
+
+    def _admit(self, req: Request, match: Any, n: int) -> bool:
+        """Lock the request's cached prefix and allocate its first chunk."""
+        if self.cache is not None and match is None:
+            match = self._match(req)
+            n = min(len(req.all_ids) - match.length, n)
+        cached = match.length if match else 0
+        if self.cache is not None:
+            self.cache.lock(match.last_node)  # before allocating: allocation may evict
+        if n + self._decode_reserve((req,)) > self._available():
+            if self.cache is not None:
+                self.cache.unlock(match.last_node)
+            return False
+        row = self.table.alloc_row()
+        slots = self._alloc(n) if row is not None else None
+        if slots is None:
+            if row is not None:
+                self.table.free_row(row)
+            if self.cache is not None:
+                self.cache.unlock(match.last_node)
+            return False
+        req.row, req.status = row, Status.RUNNING
+        if cached:
+            self.table.write(row, 0, match.slots)
+        self.table.write(row, cached, slots)
+        req.kv_len, req.own_from = cached, cached
+        req.lock_node = match.last_node if match else None
+        req.penalty_init = req.params.uses_penalties
+        if not req.admitted:
+            req.admitted = True
+            req.cached_tokens = min(cached, len(req.prompt_ids))
+            self.prompt_tokens_admitted += len(req.prompt_ids)
+            self.cached_tokens_admitted += req.cached_tokens
+        req.next_chunk = n
+        return True
+
+    def _grow(self, req: Request, n: int) -> bool:
+        """Allocate the next prefill chunk of a running request."""
+        if n <= 0 or n > self._available():
+            return False
+        slots = self._alloc(n)
+        if slots is None:
+            return False
+        self.table.write(req.row, req.kv_len, slots)
+        req.next_chunk = n
+        return True
+
+    def _schedule_decode(self, inflight: bool) -> Batch | object | None:
+        reqs = [
+            r
+            for r in self.running
+            if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
+        ]
+        if not reqs:
+            return None
+        while len(reqs) > self._available():
+            if inflight:
+                return NEED_SYNC
+            if len(reqs) == 1:
+                self._finish(reqs[0], "abort", error="the KV cache is too small for this request's context")
+                return None
+            victim = min(reqs, key=lambda r: (r.num_tokens, -r.arrival))
+            reqs.remove(victim)
+            self._retract(victim)
+        for req in reqs:
+            slots = self._alloc(1)
+            assert slots is not None
+            self.table.write(req.row, req.kv_len, slots)
+            req.next_chunk = 1
+        return self._build([(r, 1) for r in reqs], is_prefill=False)
+
+    def _build(self, picked: list[tuple[Request, int]], is_prefill: bool) -> Batch:
+        input_ids: list[int] = []
+        lp_rows: list[list[int]] = []
+        lp_targets: list[int] = []
+        sample: list[bool] = []
+        prefix_lens, extend_lens, ctx, out = [], [], [], []
+        for req, n in picked:
+            start = req.kv_len
+            known = req.all_ids
+            if start + n <= len(known):
+                input_ids.extend(known[start : start + n])
+            else:  # decode of a token still in flight
+                input_ids.append(-1)
+            rows: list[int] = []
+            if req.params.prompt_logprobs:
+                first = max(req.params.prompt_logprobs_start, 1)
+                for p in range(max(first, start + 1), min(start + n, len(req.prompt_ids) - 1) + 1):
+                    rows.append(len(input_ids) - n + (p - 1 - start))
+                    lp_targets.append(req.prompt_ids[p])
+            lp_rows.append(rows)
+            prefix_lens.append(start)
+            extend_lens.append(n)
+            row_slots = self._slots_np[req.row]
+            ctx.append(row_slots[: start + n])
+            out.append(row_slots[start : start + n])
+            sample.append(
+                start + n >= req.num_tokens and req.params.max_tokens > 0 and req.remaining_tokens > 0
+            )
+        sampling_reqs = [r for (r, _), s in zip(picked, sample) if s]
+        sampling = SamplingInputs.from_requests(
+            rows=[r.row for r in sampling_reqs],
+            params=[r.params for r in sampling_reqs],
+            num_outputs=[len(r.output_ids) + r.pending for r in sampling_reqs],
+            eos_ids=[r.eos_ids for r in sampling_reqs],
+            penalty_init=[(r.row, r.all_ids) for r in sampling_reqs if r.penalty_init],
+        )
+        batch = Batch(
+            reqs=[r for r, _ in picked],
+            extend_lens=extend_lens,
+            prefix_lens=prefix_lens,
+            input_ids=input_ids,
+            out_slots=np.concatenate(out).astype(np.int64),
+            kv_indices=np.concatenate(ctx),
+            sample=sample,
+            sampling=sampling,
+            prompt_lp_rows=lp_rows,
+            prompt_lp_targets=lp_targets,
+            is_prefill=is_prefill,
+        )
+        for (req, n), s in zip(picked, sample):
+            req.kv_len += n
+            req.pending += int(s)
+            if s:
+                req.penalty_init = False
+        if self.cache is not None:
+            for req, _ in picked:
+                if not req.prefill_done:
+                    self._cache_chunk(req)
+        return batch
+
+    # ---- KV hand-over to the tree --------------------------------------------------------
+
+    def _cache_chunk(self, req: Request) -> None:
+        """Put a chunk-prefilled prefix into the tree and hold it locked instead."""
+        assert self.cache is not None
+        key = req.all_ids[: req.kv_len]
+        slots = torch.from_numpy(self._slots_np[req.row, : req.kv_len].astype(np.int64))
+        cached = self.cache.insert(key, slots, req.extra_key)
+        if cached > req.own_from:
+            self.allocator.free(slots[req.own_from : cached])
+        match = self.cache.match_prefix(key, req.extra_key)
+        self.cache.lock(match.last_node)
+        if req.lock_node is not None:
+            self.cache.unlock(req.lock_node)
+        req.lock_node = match.last_node
+        self.table.write(req.row, 0, match.slots)
+        req.own_from = match.length
+
+    def _release(self, req: Request) -> None:
+        """Give a request's KV to the tree (or the allocator) and its row back."""
+        if req.row < 0:
+            return
+        slots = torch.from_numpy(self._slots_np[req.row, : req.kv_len].astype(np.int64))
+        valid = min(req.kv_len, len(req.all_ids))  # KV of ids we know
+        if self.cache is not None:
+            cached = self.cache.insert(req.all_ids[:valid], slots[:valid], req.extra_key)
+            if cached > req.own_from:
+                self.allocator.free(slots[req.own_from : cached])
+            kept = self.cache.page_aligned(valid)
+            if req.kv_len > max(kept, req.own_from):
+                self.allocator.free(slots[max(kept, req.own_from) :])
+            if req.lock_node is not None:
+                self.cache.unlock(req.lock_node)
+        elif req.kv_len:
+            self.allocator.free(slots)
+        self.table.free_row(req.row)
+        req.row, req.kv_len, req.own_from, req.lock_node = -1, 0, 0, None
+
+    def _retract(self, req: Request) -> None:
+        self._release(req)
+        self.running.remove(req)
+        req.status = Status.WAITING
+        self.retractions += 1
+        self.waiting.appendleft(req)
+
+    def _finish(
+        self, req: Request, reason: str, stop_reason: str | int | None = None, error: str | None = None
+    ) -> None:
+        req.status = Status.FINISHED
+        req.finish_reason, req.stop_reason, req.error = reason, stop_reason, error
+        if req in self.running:
+            self._release(req)
+            self.running.remove(req)
+        if reason == "abort":
+            self._aborted.append(self._output(req, [], None, final=True))
+            self._detok.pop(id(req), None)
+
+    # ---- after a step --------------------------------------------------------------------
+
+    def process(self, batch: Batch, result: StepResult) -> list[RequestOutput]:
+        outputs = self.take_aborted()
+        j = 0
+        lp_j = 0
+        for i, req in enumerate(batch.reqs):
+            n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
+            if n_lp and result.prompt_lps is not None:
+                for k in range(lp_j, lp_j + n_lp):
+                    lp_val, top = result.prompt_lps[k]
+                    top_n = tuple(top[: req.params.top_logprobs])
+                    req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
+            lp_j += n_lp
+            if not batch.sample[i]:
+                if not req.finished and req.prefill_done and req.params.max_tokens == 0:
+                    self._finish(req, "length")
+                    outputs.append(self._output(req, [], None, final=True))
+                continue
+            tok = result.next_ids[j]
+            lp = None
+            if result.logprobs is not None and req.params.logprobs:
+                top = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
+                lp = TokenLogprob(tok, result.logprobs[j], top)
+            j += 1
+            if req.finished:
+                continue  # aborted or stopped while this step was in flight
+            req.pending -= 1
+            req.output_ids.append(tok)
+            outputs.append(self._on_token(req, tok, lp))
+        return outputs
+
+    def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput:
+        p = req.params
+        detok = self._detok[id(req)]
+        detok.add([tok])
+        n_out = len(req.output_ids)
+        reason: str | None = None
+        stop_reason: str | int | None = None
+        if not p.ignore_eos and tok in req.eos_ids and n_out > p.min_tokens - 1 or tok in p.stop_token_ids:
+            reason, stop_reason = "stop", tok
+        elif detok.stopped_by is not None:
+            reason, stop_reason = "stop", detok.stopped_by
+        elif n_out >= p.max_tokens or req.num_tokens >= req.max_context:
+            reason = "length"
+        if reason is not None:
+            self._finish(req, reason, stop_reason)
+        return self._output(req, [tok], lp, final=reason is not None)
+
+    def _output(self, req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:
+        detok = self._detok.get(id(req))
+        text = ""
+        delta = ""
+        if detok is not None:
+            if final:
+                detok.final_text()
+            delta = detok.flush(final)
+            text = detok.text[: detok.emitted]
+        prompt_lps: tuple[TokenLogprob, ...] = ()
+        if req.prompt_logprobs and not req.prompt_logprobs_sent and (final or len(req.output_ids) <= 1):
+            prompt_lps = tuple(req.prompt_logprobs)
+            req.prompt_logprobs_sent = True
+        if final:
+            self._detok.pop(id(req), None)
+        return RequestOutput(
+            request_id=req.rid,
+            index=req.index,
+            delta_text=delta,
+            delta_token_ids=tuple(new),
+            text=text,
+            token_ids=tuple(req.output_ids),
+            finished=final,
+            finish_reason=req.finish_reason if final else None,
+            stop_reason=req.stop_reason if final else None,
+            usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens),
+            logprobs=(lp,) if lp is not None else (),
+            prompt_logprobs=prompt_lps,
+            error=req.error if final else None,
+        )
+
+    def check_integrity(self) -> None:
+        if self.cache is not None:
+            self.cache.check_integrity(self.live_slots())
+        else:
+            used = sum(r.kv_len for r in self.running)
+            assert self.allocator.num_free + used == self.allocator.num_slots, "KV slots leaked"

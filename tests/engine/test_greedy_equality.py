@@ -1,0 +1,93 @@
+"""Greedy output of the engine equals transformers' `generate`, token for token, in every mode."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from radixserve import AsyncEngine, SamplingParams
+
+from .conftest import engine_config, hf_greedy, run, with_engine
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+async def _all(engine: AsyncEngine, prompts: list[list[int]]) -> list[Any]:
+    return await asyncio.gather(*(engine.complete(p, GREEDY) for p in prompts))
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "lockstep"])
+def test_32_concurrent_requests_match_transformers(overlap: bool, prompts, reference) -> None:
+    outs = run(with_engine, engine_config(overlap=overlap), lambda e: _all(e, prompts))
+    for i, (out, ref) in enumerate(zip(outs, reference)):
+        assert list(out.token_ids) == ref, f"prompt {i} differs"
+        assert out.finish_reason in ("stop", "length")
+        assert out.usage.prompt_tokens == len(prompts[i])
+        assert out.usage.completion_tokens == len(ref)
+
+
+def test_second_round_hits_the_radix_cache_with_same_tokens(prompts, reference) -> None:
+    async def body(engine: AsyncEngine) -> tuple[list[Any], list[Any]]:
+        first = await _all(engine, prompts)
+        second = await _all(engine, prompts)
+        return first, second
+
+    first, second = run(with_engine, engine_config(), body)
+    for i, (a, b, ref) in enumerate(zip(first, second, reference)):
+        assert list(a.token_ids) == ref and list(b.token_ids) == ref, f"prompt {i} differs"
+        # The whole prompt but its last token is in the tree after round one.
+        assert b.usage.cached_tokens == len(prompts[i]) - 1
+    assert sum(o.usage.cached_tokens for o in second) > 0
+
+
+def test_requests_sharing_a_prefix_wait_one_step_and_hit_the_cache(tokenizer, hf_model) -> None:
+    system = tokenizer.encode(
+        "You are a careful assistant. Answer briefly, cite no sources, and never invent facts. "
+        "Examples: Q: two plus two? A: four. Q: the colour of grass? A: green."
+    )
+    prompts = [system + tokenizer.encode(f" Q: what is {i} plus {i}? A:") for i in range(8)]
+    refs = [hf_greedy(hf_model, p, 8) for p in prompts]
+    outs = run(
+        with_engine,
+        engine_config(),
+        lambda e: asyncio.gather(
+            *(e.complete(p, SamplingParams(temperature=0, max_tokens=8)) for p in prompts)
+        ),
+    )
+    assert [list(o.token_ids) for o in outs] == refs
+    # One request computes the shared prefix; the seven others, submitted in the same
+    # step, wait a step and take it from the cache.
+    hits = sorted(o.usage.cached_tokens for o in outs)
+    assert hits[0] == 0
+    assert all(h >= len(system) for h in hits[1:])
+
+
+def test_chunked_prefill_of_16_tokens(prompts, reference) -> None:
+    outs = run(with_engine, engine_config(chunked_prefill_size=16), lambda e: _all(e, prompts))
+    assert [list(o.token_ids) for o in outs] == reference
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "lockstep"])
+def test_small_kv_pool_forces_retraction_with_unchanged_output(overlap: bool, prompts, reference) -> None:
+    async def body(engine: AsyncEngine) -> tuple[list[Any], dict[str, Any]]:
+        outs = await _all(engine, prompts)
+        return outs, await engine.stats()
+
+    # The longest prompt plus its output fits; all 32 at once do not.
+    cfg = engine_config(kv_cache_tokens=400, overlap=overlap, decode_reserve_ratio=0.0)
+    outs, stats = run(with_engine, cfg, body)
+    assert stats["retractions"] > 0
+    assert [list(o.token_ids) for o in outs] == reference
+
+
+def test_radix_cache_off_gives_same_tokens_and_no_hits(prompts, reference) -> None:
+    outs = run(with_engine, engine_config(enable_radix_cache=False), lambda e: _all(e, prompts))
+    assert [list(o.token_ids) for o in outs] == reference
+    assert all(o.usage.cached_tokens == 0 for o in outs)
+
+
+def test_page_size_4(prompts, reference) -> None:
+    outs = run(with_engine, engine_config(page_size=4), lambda e: _all(e, prompts))
+    assert [list(o.token_ids) for o in outs] == reference
