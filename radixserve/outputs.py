@@ -31,7 +31,8 @@ class RequestOutput:
     finish_reason: str | None  # "stop", "length", "abort" or None while running
     usage: Usage
     stop_reason: str | int | None = None  # the stop string or token id that matched
-    logprobs: tuple[TokenLogprob, ...] = ()  # for delta_token_ids, when asked
-    # Prompt token logprobs (from prompt_logprobs_start on), on the first output.
+    logprobs: tuple[TokenLogprob, ...] = ()  # for token_ids (all so far), when asked
+    delta_logprobs: tuple[TokenLogprob, ...] = ()  # for delta_token_ids
+    # Prompt token logprobs (from prompt_logprobs_start on), once computed.
     prompt_logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = field(default=None)  # why, when finish_reason == "abort"

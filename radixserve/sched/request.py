@@ -55,8 +55,8 @@ class Request:
     row: int = -1
     next_chunk: int = 0  # tokens allocated for the step being built
     penalty_init: bool = False  # the sampler must rebuild this row's penalty state
+    logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
     prompt_logprobs: list[Any] = field(default_factory=list)
-    prompt_logprobs_sent: bool = False
 
     @property
     def all_ids(self) -> list[int]:

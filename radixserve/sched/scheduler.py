@@ -434,10 +434,8 @@ class Scheduler:
                 detok.final_text()
             delta = detok.flush(final)
             text = detok.text[: detok.emitted]
-        prompt_lps: tuple[TokenLogprob, ...] = ()
-        if req.prompt_logprobs and not req.prompt_logprobs_sent and (final or len(req.output_ids) <= 1):
-            prompt_lps = tuple(req.prompt_logprobs)
-            req.prompt_logprobs_sent = True
+        if lp is not None:
+            req.logprobs.append(lp)
         if final:
             self._detok.pop(id(req), None)
         return RequestOutput(
@@ -451,8 +449,9 @@ class Scheduler:
             finish_reason=req.finish_reason if final else None,
             stop_reason=req.stop_reason if final else None,
             usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens),
-            logprobs=(lp,) if lp is not None else (),
-            prompt_logprobs=prompt_lps,
+            logprobs=tuple(req.logprobs),
+            delta_logprobs=(lp,) if lp is not None else (),
+            prompt_logprobs=tuple(req.prompt_logprobs),
             error=req.error if final else None,
         )
 
