@@ -1,0 +1,50 @@
+"""Which model class runs which Hugging Face `architectures` name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+from radixserve.model.llama import LlamaForCausalLM
+
+# One module tree serves the whole Llama family; the variants are config options.
+MODEL_REGISTRY: Mapping[str, type[LlamaForCausalLM]] = MappingProxyType(
+    {
+        "LlamaForCausalLM": LlamaForCausalLM,
+        "MistralForCausalLM": LlamaForCausalLM,
+        "Qwen2ForCausalLM": LlamaForCausalLM,
+        "Qwen3ForCausalLM": LlamaForCausalLM,
+    }
+)
+
+# For configs that name no architecture.
+_DEFAULT_FOR_MODEL_TYPE = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    pass
+
+
+def supported_architectures() -> list[str]:
+    return sorted(MODEL_REGISTRY)
+
+
+def resolve_architecture(
+    architectures: Sequence[str] | None, model_type: str | None = None
+) -> tuple[str, type[LlamaForCausalLM]]:
+    """The first supported name in `architectures` and its class."""
+    names = list(architectures or [])
+    if not names and model_type in _DEFAULT_FOR_MODEL_TYPE:
+        names = [_DEFAULT_FOR_MODEL_TYPE[model_type]]
+    for name in names:
+        if name in MODEL_REGISTRY:
+            return name, MODEL_REGISTRY[name]
+    given = ", ".join(names) if names else f"none (model_type={model_type!r})"
+    raise UnsupportedArchitectureError(
+        f"unsupported model architecture: {given}; supported: {', '.join(supported_architectures())}"
+    )
