@@ -1,0 +1,165 @@
+"""`load_model`: from a spec string to a ready model, its config and its tokenizer.
+
+A spec is one of
+- a local Hugging Face folder (config.json, model.safetensors or shards with
+  model.safetensors.index.json, tokenizer files);
+- a `.gguf` file, converted once into a cached folder (see `gguf_convert`);
+- `smollm2-135m-instruct` (alias `smollm2-135m`): the embedded default;
+- `dummy:<shape>` (or any shape name or folder with `load_format="dummy"`):
+  random weights for a named shape from `shapes`, no files needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from radixserve.model.config import ModelConfig
+from radixserve.model.embedded import EMBEDDED_ALIASES, EmbeddedModelMissingError, embedded_model_dir
+from radixserve.model.gguf_convert import gguf_folder
+from radixserve.model.registry import resolve_architecture
+from radixserve.model.shapes import SHAPES, shape_hf_config, shape_names
+from radixserve.model.tokenizer import eos_token_ids, load_tokenizer
+from radixserve.model.weights import checkpoint_files, init_dummy_weights, load_checkpoint
+
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DUMMY_PREFIX = "dummy:"
+DUMMY_SEED = 0
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: nn.Module
+    config: ModelConfig
+    hf_config: Any
+    tokenizer: Any | None  # a transformers tokenizer; None for dummy shapes without one
+    path: str | None  # the HF folder the weights came from; None for dummy weights
+    eos_token_ids: frozenset[int] = frozenset()
+
+
+def load_model(
+    spec: str,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    load_format: str = "auto",
+) -> LoadedModel:
+    if load_format not in LOAD_FORMATS:
+        raise ValueError(f"load_format {load_format!r} is not one of {', '.join(LOAD_FORMATS)}")
+    if dtype not in DTYPES:
+        raise ValueError(
+            f"dtype {dtype} is not supported (use torch.float32, torch.bfloat16 or torch.float16)"
+        )
+    device = torch.device(device)
+    if spec.startswith(DUMMY_PREFIX) or (load_format == "dummy" and spec in SHAPES):
+        return _load_dummy_shape(spec.removeprefix(DUMMY_PREFIX), dtype, device)
+    return _load_folder(_resolve_folder(spec, load_format), dtype, device, dummy=load_format == "dummy")
+
+
+def _resolve_folder(spec: str, load_format: str) -> Path:
+    """The local HF folder that `spec` names, converting a GGUF file first."""
+    if spec in EMBEDDED_ALIASES and not Path(spec).exists():
+        return embedded_model_dir()
+    path = Path(spec).expanduser()
+    if path.is_file() and (path.suffix == ".gguf" or load_format == "gguf"):
+        return gguf_folder(path)
+    if load_format == "gguf":
+        raise FileNotFoundError(f"GGUF file {path} does not exist")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{path / 'config.json'} does not exist: expected a Hugging Face model folder "
+                "(config.json, model.safetensors or shards with model.safetensors.index.json, "
+                "tokenizer files)"
+            )
+        return path
+    if spec in SHAPES:
+        raise ValueError(
+            f"{spec!r} is a model shape without weights; use {DUMMY_PREFIX + spec!r} "
+            f"(or load_format='dummy') for random weights, or pass a local folder or .gguf file"
+        )
+    if path.exists():
+        raise FileNotFoundError(f"{path} is neither a model folder nor a .gguf file")
+    raise FileNotFoundError(
+        f"model {spec!r} not found: no such folder or .gguf file ({path.resolve()}), and not a known name "
+        f"({', '.join(sorted(EMBEDDED_ALIASES))}, or dummy:<shape> with shape in {', '.join(shape_names())})"
+    )
+
+
+def _build(hf_config: Any, dtype: torch.dtype, device: torch.device) -> tuple[nn.Module, ModelConfig]:
+    arch, cls = resolve_architecture(
+        getattr(hf_config, "architectures", None), getattr(hf_config, "model_type", None)
+    )
+    config = ModelConfig.from_hf(hf_config, architecture=arch)
+    # Built directly on the target device with uninitialised storage: the weights are filled once, after.
+    with torch.device(device):
+        model = cls(config, dtype=dtype)
+    return model.eval(), config
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: bool) -> LoadedModel:
+    from transformers import AutoConfig
+
+    try:
+        hf_config = AutoConfig.from_pretrained(str(folder))
+    except (ValueError, KeyError) as e:
+        # An unknown model_type fails inside transformers; say which architecture it was.
+        raise _unreadable_config(folder, e) from e
+    model, config = _build(hf_config, dtype, device)
+    if dummy:
+        init_dummy_weights(model, seed=DUMMY_SEED)
+    else:
+        load_checkpoint(model, checkpoint_files(folder), tied=config.tie_word_embeddings)
+    tokenizer = load_tokenizer(folder)
+    return LoadedModel(
+        model=model,
+        config=config,
+        hf_config=hf_config,
+        tokenizer=tokenizer,
+        path=None if dummy else str(folder),
+        eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, folder),
+    )
+
+
+def _load_dummy_shape(name: str, dtype: torch.dtype, device: torch.device) -> LoadedModel:
+    if name not in SHAPES:
+        raise ValueError(f"unknown model shape {name!r}; known shapes: {', '.join(shape_names())}")
+    hf_config = shape_hf_config(name)
+    model, config = _build(hf_config, dtype, device)
+    init_dummy_weights(model, seed=DUMMY_SEED)
+    tokenizer = None
+    if name in EMBEDDED_ALIASES:
+        # The embedded model has this shape: its tokenizer makes the dummy usable with text.
+        with contextlib.suppress(EmbeddedModelMissingError):
+            tokenizer = load_tokenizer(embedded_model_dir())
+    return LoadedModel(
+        model=model,
+        config=config,
+        hf_config=hf_config,
+        tokenizer=tokenizer,
+        path=None,
+        eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, None),
+    )
+
+
+def _unreadable_config(folder: Path, error: Exception) -> Exception:
+    import json
+
+    from radixserve.model.registry import UnsupportedArchitectureError, supported_architectures
+
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        raw = {}
+    archs = raw.get("architectures") or []
+    if archs and not any(a in supported_architectures() for a in archs):
+        return UnsupportedArchitectureError(
+            f"unsupported model architecture: {', '.join(archs)} (in {folder / 'config.json'}); "
+            f"supported: {', '.join(supported_architectures())}"
+        )
+    return ValueError(f"cannot read {folder / 'config.json'}: {error}")

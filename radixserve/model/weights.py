@@ -1,0 +1,136 @@
+"""Filling a built model's parameters: from safetensors checkpoints, or with dummy values.
+
+Checkpoint tensors are streamed one at a time with `safe_open` (never the
+whole file in memory), renamed to ours (q/k/v and gate/up land in their rows
+of the fused projections), shape-checked and copied, casting to the model's
+dtype and device. Every problem is an error that names the tensor and file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from radixserve.model.layers import FusedLinear, RMSNorm
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class WeightLoadError(ValueError):
+    pass
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The safetensors files of a Hugging Face model folder, shards in index order."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = [folder / name for name in dict.fromkeys(weight_map.values())]
+        for f in files:
+            if not f.is_file():
+                raise FileNotFoundError(f"checkpoint shard {f} is missing (listed in {index})")
+        return files
+    single = folder / SINGLE_FILE
+    if single.is_file():
+        return [single]
+    others = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+        p.name for p in folder.glob("*.safetensors")
+    )
+    found = f"; found only {', '.join(others)}" if others else ""
+    raise FileNotFoundError(
+        f"no weights in {folder}: expected {SINGLE_FILE} or {INDEX_FILE} with its shards{found}"
+    )
+
+
+def iter_checkpoint(files: list[Path]) -> Iterator[tuple[Path, str, torch.Tensor]]:
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                yield path, name, f.get_tensor(name)
+
+
+class _Target:
+    """Where one checkpoint tensor goes: a whole parameter or one part's rows of a fused one."""
+
+    def __init__(self, param: nn.Parameter, rows: slice | None) -> None:
+        self.param = param
+        self.rows = rows
+
+    def view(self) -> torch.Tensor:
+        return self.param.data if self.rows is None else self.param.data[self.rows]
+
+
+def _targets(model: nn.Module) -> dict[str, _Target]:
+    """Checkpoint name -> destination, for every tensor the model expects."""
+    packed: dict[str, tuple[str, str]] = getattr(model, "packed_modules", {})
+    unpacked = {(fused, part): hf for hf, (fused, part) in packed.items()}
+    targets: dict[str, _Target] = {}
+    for mod_name, module in model.named_modules():
+        for p_name, param in module.named_parameters(recurse=False):
+            if isinstance(module, FusedLinear):
+                prefix, _, fused = mod_name.rpartition(".")
+                for part in module.part_sizes:
+                    hf_name = f"{prefix}.{unpacked[(fused, part)]}.{p_name}"
+                    targets[hf_name] = _Target(param, module.part_rows(part))
+            else:
+                targets[f"{mod_name}.{p_name}"] = _Target(param, None)
+    return targets
+
+
+def _ignored(name: str, tied: bool) -> bool:
+    # Old Llama checkpoints store rope buffers; tied checkpoints may repeat the embedding.
+    return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")
+
+
+@torch.no_grad()
+def load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
+    targets = _targets(model)
+    loaded: set[str] = set()
+    for path, name, tensor in iter_checkpoint(files):
+        if _ignored(name, tied):
+            continue
+        target = targets.get(name)
+        if target is None:
+            raise WeightLoadError(
+                f"unexpected weight {name!r} in {path}: "
+                f"{type(model).__name__} with this config has no such tensor"
+            )
+        dst = target.view()
+        if tuple(tensor.shape) != tuple(dst.shape):
+            raise WeightLoadError(
+                f"shape mismatch for weight {name!r} in {path}: expected {tuple(dst.shape)}, "
+                f"got {tuple(tensor.shape)}"
+            )
+        dst.copy_(tensor)
+        loaded.add(name)
+    missing = sorted(set(targets) - loaded)
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        where = files[0].parent
+        raise WeightLoadError(f"missing weights in {where}: {shown}")
+
+
+@torch.no_grad()
+def init_dummy_weights(model: nn.Module, seed: int = 0, std: float = 0.02) -> None:
+    """Deterministic random weights on the parameters' own device (no CPU init and copy).
+
+    Norm weights are 1 and everything else N(0, std), so activations keep a
+    sane scale through any depth and benchmark kernels see realistic values.
+    """
+    params = list(model.parameters())
+    if not params:
+        return
+    generator = torch.Generator(device=params[0].device)
+    generator.manual_seed(seed)
+    norms = {id(m.weight) for m in model.modules() if isinstance(m, RMSNorm)}
+    for param in params:
+        if id(param) in norms:
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, std, generator=generator)
