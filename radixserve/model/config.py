@@ -19,7 +19,14 @@ from radixserve.cache.kv_pool import KVPoolConfig
 # change with the sequence length in transformers, which a paged batch of
 # mixed lengths cannot reproduce, so they are refused rather than run wrong.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# model_type -> the HF architecture name a config without `architectures` stands for.
+DEFAULT_ARCHITECTURE = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+SUPPORTED_MODEL_TYPES = tuple(DEFAULT_ARCHITECTURE)
 
 RopeValue = float | int | bool | str | None
 
@@ -100,7 +107,7 @@ class ModelConfig:
             )
         if architecture is None:
             archs = getattr(hf_config, "architectures", None) or []
-            architecture = archs[0] if archs else model_type
+            architecture = archs[0] if archs else DEFAULT_ARCHITECTURE[model_type]
         act = getattr(hf_config, "hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"hidden_act {act!r} is not supported: the Llama-family MLP here is SiLU-gated")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
+from radixserve.model.config import DEFAULT_ARCHITECTURE
 from radixserve.model.llama import LlamaForCausalLM
 
 # One module tree serves the whole Llama family; the variants are config options.
@@ -16,14 +17,6 @@ MODEL_REGISTRY: Mapping[str, type[LlamaForCausalLM]] = MappingProxyType(
         "Qwen3ForCausalLM": LlamaForCausalLM,
     }
 )
-
-# For configs that name no architecture.
-_DEFAULT_FOR_MODEL_TYPE = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -39,8 +32,8 @@ def resolve_architecture(
 ) -> tuple[str, type[LlamaForCausalLM]]:
     """The first supported name in `architectures` and its class."""
     names = list(architectures or [])
-    if not names and model_type in _DEFAULT_FOR_MODEL_TYPE:
-        names = [_DEFAULT_FOR_MODEL_TYPE[model_type]]
+    if not names and model_type in DEFAULT_ARCHITECTURE:
+        names = [DEFAULT_ARCHITECTURE[model_type]]
     for name in names:
         if name in MODEL_REGISTRY:
             return name, MODEL_REGISTRY[name]
