@@ -1,0 +1,256 @@
+"""Shared fixtures for the model-layer tests: our greedy loop over a KV pool, and the HF reference.
+
+`greedy` runs OUR model through the paged path the engine will use: slots
+from a pool (handed out in a scrambled order, so nothing can rely on a
+request's slots being contiguous), `ForwardBatch.build`, `TorchAttention`,
+argmax. Three schedules:
+
+- "single": one request at a time (prefill, then decode);
+- "mixed": request i joins at step i, so most steps hold the prefill of one
+  request and the decode of the others in the same forward;
+- "split": every prompt's first half is prefilled in one call, the rest is
+  extended over that cached prefix in a later call, then all decode together.
+
+EOS is ignored on both sides (the HF reference model's generation_config has
+no eos), so every comparison covers the full number of new tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.model.attention import TorchAttention
+from radixserve.model.config import ModelConfig
+from radixserve.model.forward_batch import ForwardBatch
+from radixserve.model.loader import LoadedModel, load_model
+
+MODES = ("single", "mixed", "split")
+
+
+@dataclass
+class _Seq:
+    tokens: list[int]
+    max_new: int
+    slots: list[int] = field(default_factory=list)  # slots of the tokens already in the pool
+    out: list[int] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return len(self.out) >= self.max_new
+
+
+class GreedyLoop:
+    """A minimal runner: a KV pool, a slot counter over a scrambled slot order, greedy steps."""
+
+    def __init__(self, model: nn.Module, config: ModelConfig, num_slots: int, seed: int = 0) -> None:
+        self.model = model
+        self.pool = KVPool(config.kv_pool_config(torch.float32, "cpu"), num_slots)
+        self.attn = TorchAttention(
+            self.pool, config.num_heads, config.num_kv_heads, config.head_dim, config.attn_scale
+        )
+        self._order = torch.randperm(num_slots, generator=torch.Generator().manual_seed(seed))
+        self._next = 0
+
+    def alloc(self, n: int) -> list[int]:
+        slots = self._order[self._next : self._next + n].tolist()
+        assert len(slots) == n, "test pool too small"
+        self._next += n
+        return slots
+
+    @torch.inference_mode()
+    def step(self, seqs: Sequence[_Seq], chunks: Sequence[int]) -> None:
+        """Seq i brings its next `chunks[i]` uncached tokens; a seq whose tokens are then
+        all cached gets its argmax appended."""
+        ids: list[int] = []
+        prefix_lens, context = [], []
+        for seq, n in zip(seqs, chunks, strict=True):
+            start = len(seq.slots)
+            assert 0 < n <= len(seq.tokens) - start
+            ids += seq.tokens[start : start + n]
+            prefix_lens.append(start)
+            seq.slots += self.alloc(n)
+            context.append(torch.tensor(seq.slots))
+        batch = ForwardBatch.build(ids, list(chunks), prefix_lens, context)
+        self.attn.plan(batch)
+        next_ids = self.model(batch, self.attn).argmax(dim=-1).tolist()
+        for seq, tok in zip(seqs, next_ids, strict=True):
+            if len(seq.slots) == len(seq.tokens):
+                seq.tokens.append(tok)
+                seq.out.append(tok)
+
+    def decode_all(self, seqs: Sequence[_Seq]) -> None:
+        while active := [s for s in seqs if not s.done]:
+            self.step(active, [1] * len(active))
+
+
+def greedy_generate(
+    model: nn.Module, config: ModelConfig, prompts: Sequence[Sequence[int]], max_new: int, mode: str
+) -> list[list[int]]:
+    """Greedy `max_new` tokens for each prompt through our model layer, scheduled by `mode`."""
+    seqs = [_Seq(list(p), max_new) for p in prompts]
+    loop = GreedyLoop(model, config, sum(len(p) + max_new for p in prompts) + 8)
+    if mode == "single":
+        for seq in seqs:
+            loop.step([seq], [len(seq.tokens)])
+            loop.decode_all([seq])
+    elif mode == "mixed":
+        t = 0
+        while not all(s.done for s in seqs):
+            # Seq i enters at step i with its whole prompt; the others decode one token.
+            active = [s for i, s in enumerate(seqs) if i <= t and not s.done]
+            loop.step(active, [len(s.tokens) - len(s.slots) for s in active])
+            t += 1
+    elif mode == "split":
+        loop.step(seqs, [len(s.tokens) // 2 for s in seqs])
+        loop.step(seqs, [len(s.tokens) - len(s.slots) for s in seqs])
+        loop.decode_all(seqs)
+    else:
+        raise ValueError(mode)
+    return [s.out for s in seqs]
+
+
+@torch.inference_mode()
+def our_logits(
+    model: nn.Module, config: ModelConfig, ids: Sequence[int], rows: torch.Tensor | None
+) -> torch.Tensor:
+    """Logits of one prompt's single prefill, for `rows` (None: the last token)."""
+    loop = GreedyLoop(model, config, len(ids) + 4)
+    batch = ForwardBatch.build(
+        list(ids), [len(ids)], [0], [torch.tensor(loop.alloc(len(ids)))], logit_rows=rows
+    )
+    loop.attn.plan(batch)
+    return model(batch, loop.attn)
+
+
+@torch.inference_mode()
+def hf_greedy(hf_model: Any, ids: Sequence[int], max_new: int) -> list[int]:
+    """transformers' greedy `generate`, one unpadded prompt, EOS ignored (see `no_eos`)."""
+    x = torch.tensor([list(ids)])
+    out = hf_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=max_new)
+    new = out[0, len(ids) :].tolist()
+    assert len(new) == max_new, "reference stopped early: EOS was not disabled"
+    return new
+
+
+def no_eos(hf_model: Any) -> Any:
+    """Let `generate` run to max_new_tokens. A GenerationConfig passed to generate()
+    is merged with the model's own, whose eos would win, so edit the model's."""
+    hf_model.generation_config.eos_token_id = None
+    hf_model.generation_config.pad_token_id = 0
+    return hf_model
+
+
+# Tiny configurations of every supported architecture, each exercising its own options.
+_TINY_COMMON: dict[str, Any] = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 160,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+TINY_KINDS = ("llama3-rope", "llama-tied-bias", "mistral", "qwen2-sharded", "qwen3")
+
+
+def tiny_hf_config(kind: str) -> Any:
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    c = dict(_TINY_COMMON)
+    if kind == "llama3-rope":
+        # original_max_position_embeddings=64 with head_dim 16 puts frequencies in all
+        # three llama3 bands (kept, smoothed, divided by factor).
+        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+        scaling["original_max_position_embeddings"] = 64
+        return LlamaConfig(**c, rope_theta=10000.0, rope_scaling=scaling, tie_word_embeddings=False)
+    if kind == "llama-tied-bias":
+        c["num_key_value_heads"] = 4
+        return LlamaConfig(
+            **c, tie_word_embeddings=True, attention_bias=True, mlp_bias=True, rope_theta=500.0
+        )
+    if kind == "mistral":
+        return MistralConfig(**c, head_dim=32, sliding_window=None, tie_word_embeddings=False)
+    if kind == "qwen2-sharded":
+        return Qwen2Config(**c, tie_word_embeddings=True, rope_theta=1e6)
+    if kind == "qwen3":
+        return Qwen3Config(**c, head_dim=32, tie_word_embeddings=False)
+    raise ValueError(kind)
+
+
+@torch.no_grad()
+def make_tiny_checkpoint(kind: str, folder: Any, seed: int = 0) -> Any:
+    """A random HF model of `kind` saved as safetensors into `folder`; returns the HF model.
+
+    Every parameter is redrawn (norm weights around 1, biases non-zero), so each
+    weight, q/k norm and bias influences the logits and a mis-mapped one fails.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_hf_config(kind), dtype=torch.float32).eval()
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_(1.0 + 0.2 * torch.randn_like(p))
+        else:
+            p.normal_(0.0, 0.1)
+    shard = {"max_shard_size": "40KB"} if kind.endswith("sharded") else {}
+    model.save_pretrained(folder, safe_serialization=True, **shard)
+    return no_eos(model)
+
+
+def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _one_torch_thread() -> Any:
+    """These tests run many small forwards; with several OpenMP threads on a busy 2-core
+    machine each tiny op waits for a descheduled thread (measured 15x slower per decode
+    step). One thread keeps the run time predictable; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def embedded() -> LoadedModel:
+    """The embedded default with real weights, float32 on the CPU (converted once per cache)."""
+    return load_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def hf_embedded(embedded: LoadedModel) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    assert embedded.path is not None
+    model = AutoModelForCausalLM.from_pretrained(embedded.path, dtype=torch.float32)
+    return no_eos(model.eval())
+
+
+@pytest.fixture(scope="session")
+def helpers() -> Any:
+    """The module's helpers for tests (conftest modules are not imported by name)."""
+
+    class _Helpers:
+        greedy_generate = staticmethod(greedy_generate)
+        our_logits = staticmethod(our_logits)
+        hf_greedy = staticmethod(hf_greedy)
+        no_eos = staticmethod(no_eos)
+        make_tiny_checkpoint = staticmethod(make_tiny_checkpoint)
+        tiny_kinds = TINY_KINDS
+        rel_err = staticmethod(rel_err)
+        modes = MODES
+
+    return _Helpers

@@ -1,0 +1,96 @@
+"""Tiny random checkpoints of every supported architecture, saved by transformers and loaded
+by our loader: logits match transformers to 1e-4 relative, greedy tokens are identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from radixserve.model.loader import LoadedModel, load_model
+
+KINDS = ("llama3-rope", "llama-tied-bias", "mistral", "qwen2-sharded", "qwen3")
+PROMPT_LENS = (5, 12, 23)
+NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, helpers: Any) -> Any:
+    folder = tmp_path_factory.mktemp(request.param)
+    hf = helpers.make_tiny_checkpoint(request.param, folder)
+    ours = load_model(str(folder))
+    return request.param, folder, hf, ours
+
+
+def _prompt(n: int, seed: int) -> list[int]:
+    return torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def test_config_options_are_read(tiny: Any) -> None:
+    kind, folder, hf, ours = tiny
+    cfg = ours.config
+    assert ours.path == str(folder) and ours.tokenizer is None
+    assert cfg.tie_word_embeddings == hf.config.tie_word_embeddings
+    assert (ours.model.lm_head is None) == cfg.tie_word_embeddings
+    assert cfg.qkv_bias == (kind in ("qwen2-sharded", "llama-tied-bias"))
+    assert cfg.o_bias == cfg.mlp_bias == (kind == "llama-tied-bias")
+    assert cfg.qk_norm == (kind == "qwen3")
+    assert cfg.rope.type == ("llama3" if kind == "llama3-rope" else "default")
+    assert cfg.head_dim == (32 if kind in ("mistral", "qwen3") else 16)
+    # Parameter count equals transformers' (tied embeddings counted once).
+    assert sum(p.numel() for p in ours.model.parameters()) == sum(p.numel() for p in hf.parameters())
+
+
+def test_checkpoint_layout(tiny: Any) -> None:
+    """One kind is saved in shards with an index; the others as one model.safetensors."""
+    kind, folder, _, _ = tiny
+    sharded = kind.endswith("sharded")
+    assert (folder / "model.safetensors.index.json").is_file() == sharded
+    assert (folder / "model.safetensors").is_file() != sharded
+    assert (len(list(folder.glob("model-*-of-*.safetensors"))) >= 2) == sharded
+
+
+@pytest.mark.parametrize("n", PROMPT_LENS)
+def test_logits_match_transformers(tiny: Any, helpers: Any, n: int) -> None:
+    _, _, hf, ours = tiny
+    ids = _prompt(n, seed=n)
+    with torch.inference_mode():
+        ref = hf(torch.tensor([ids])).logits[0].float()
+    last = helpers.our_logits(ours.model, ours.config, ids, None)
+    assert last.shape == (1, 256) and last.dtype == torch.float32
+    assert helpers.rel_err(last[0], ref[-1]) < 1e-4
+    every = helpers.our_logits(ours.model, ours.config, ids, torch.arange(n))
+    assert helpers.rel_err(every, ref) < 1e-4
+    # Any subset of rows, in any order.
+    rows = torch.tensor([n - 1, 0, n // 2])
+    assert helpers.rel_err(helpers.our_logits(ours.model, ours.config, ids, rows), ref[rows]) < 1e-4
+
+
+@pytest.mark.parametrize("mode", ("single", "mixed", "split"))
+def test_greedy_matches_transformers(tiny: Any, helpers: Any, mode: str) -> None:
+    _, _, hf, ours = tiny
+    prompts = [_prompt(n, seed=100 + n) for n in PROMPT_LENS]
+    ref = [helpers.hf_greedy(hf, p, NEW_TOKENS) for p in prompts]
+    got = helpers.greedy_generate(ours.model, ours.config, prompts, NEW_TOKENS, mode)
+    assert got == ref
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_half_precision_loads_and_runs(tiny: Any, helpers: Any, dtype: torch.dtype) -> None:
+    _, folder, _, ours = tiny
+    half: LoadedModel = load_model(str(folder), dtype=dtype)
+    assert all(p.dtype == dtype for p in half.model.parameters())
+    ids = _prompt(12, seed=7)
+    ref = helpers.our_logits(ours.model, ours.config, ids, torch.arange(12))
+    got = helpers.our_logits(half.model, half.config, ids, torch.arange(12))
+    assert got.dtype == torch.float32
+    assert helpers.rel_err(got, ref) < 3e-2
+
+
+def test_spec_with_user_home(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, folder, _, _ = tiny
+    monkeypatch.setenv("HOME", str(Path(folder).parent))
+    loaded = load_model(f"~/{Path(folder).name}")
+    assert loaded.config.num_layers == 2
