@@ -7,37 +7,7 @@ slots as an int64 tensor of the same length); children are keyed by their
 first token (their first page when `page_size > 1`), and at the root by
 `(extra_key, first token/page)` so namespaces never share a node.
 
-Ownership. Every slot of the allocator is exactly one of: free, owned by the
-tree (some node's `slots`), or owned by one running request (slots it
-allocated and has not yet handed to the tree). `check_integrity` asserts it.
-
-Lock protocol (the scheduler is the only caller):
-
-1. Admit: `m = cache.match_prefix(prompt)` then, before anything that may
-   evict (allocation does), `cache.lock(m.last_node)`. From then on the
-   request may read `m.slots` (copy them into its `ReqToSlotTable` row); the
-   tree still owns them and the request must never free them. Its own new
-   slots come from `cache.alloc(n)` (evicts if needed) or the allocator.
-2. Finish: with `tokens` the tokens whose KV the request computed or
-   matched, `slots` their slots (`m.slots` followed by its own) and
-   `own_start = m.length`::
-
-       cached = cache.insert(tokens, slots)        # cached >= own_start
-       allocator.free(slots[own_start:cached])     # duplicates: another request
-                                                   # inserted them meanwhile
-       allocator.free(slots[cache.page_aligned(len(tokens)):])  # partial page
-       cache.unlock(m.last_node)                   # only now: insert needs the
-                                                   # locked prefix still cached
-
-   The tree now owns `slots[cached:page_aligned(len(tokens))]`.
-   A request that keeps running (chunked prefill) does the same but keeps
-   its partial page, then `m2 = match_prefix(tokens)`, `lock(m2.last_node)`,
-   `unlock(m.last_node)`, and rewrites its row with `m2.slots` (the tree's
-   copies of the duplicates it just freed).
-3. Abort / retract: `allocator.free(own slots)`, then `unlock(m.last_node)`.
-
-`evict` frees only unlocked leaves, least recently used first, so a slot
-that a running request reads (on its locked path) is never freed.
+The ownership rules and the lock protocol are on `RadixCache`.
 
 Access times come from a counter bumped once per `match_prefix`/`insert`,
 not the wall clock, so the eviction order is deterministic. Evictable
@@ -154,12 +124,46 @@ def _as_key(key: Sequence[int] | torch.Tensor) -> Key:
 
 
 class RadixCache:
-    """Radix tree of cached KV slots; see the module docstring for the lock protocol.
+    """Radix tree of cached KV slots, with the lock protocol its one caller (the scheduler) follows.
 
     `page_size` is the matching granularity: matches and inserts are
     truncated to whole pages (the allocator stays token-level). Sizes are in
     tokens: `evictable_size` (on no locked path), `protected_size` (on some
     locked path), `total_size` (their sum).
+
+    Ownership: every slot of the allocator is exactly one of free, owned by
+    the tree (some node's `slots`), or owned by one running request (slots it
+    allocated and has not handed to the tree). `check_integrity` asserts it.
+
+    1. Admit: `m = cache.match_prefix(prompt)`, then `cache.lock(m.last_node)`
+       before anything that may evict (allocation does). From then on the
+       request may read `m.slots` (copy them into its `ReqToSlotTable` row);
+       the tree still owns them and the request never frees them. Its own new
+       slots come from `cache.alloc(n)` (evicts if needed) or the allocator.
+    2. Finish: with `tokens` the tokens whose KV the request holds (matched or
+       computed), `slots` their slots (`m.slots` then its own) and
+       `own_start = m.length`::
+
+           cached = cache.insert(tokens, slots)        # >= own_start
+           allocator.free(slots[own_start:cached])     # duplicates: another request
+                                                       # cached these meanwhile
+           allocator.free(slots[cache.page_aligned(len(tokens)):])  # partial page
+           cache.unlock(m.last_node)                   # only now: insert relies on the
+                                                       # locked prefix being cached
+
+       The tree owns `slots[cached:page_aligned(len(tokens))]` from then on.
+    3. Keep running after caching (chunked prefill): the same `insert` and
+       first `free`, but keep the partial page; then
+       `m2 = cache.match_prefix(tokens)` (now `m2.length ==
+       page_aligned(len(tokens))`), `cache.lock(m2.last_node)`,
+       `cache.unlock(m.last_node)`, write `m2.slots` over the row's first
+       `m2.length` positions (the tree's copies replace the freed duplicates)
+       and go on with `m2` as the match (`own_start = m2.length`).
+    4. Abort / retract: `allocator.free(slots[own_start:])`, then
+       `cache.unlock(m.last_node)`.
+
+    `evict` frees only unlocked leaves, least recently used first: a slot a
+    running request reads is on its locked path and is never freed.
     """
 
     def __init__(self, allocator: SlotAllocator, page_size: int = 1) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from radixserve.cache import RadixCache, SlotAllocator, TreeNode
+from radixserve.cache import RadixCache, ReqToSlotTable, SlotAllocator, TreeNode
 
 
 class RecordingAllocator(SlotAllocator):
@@ -161,6 +161,47 @@ def test_request_protocol_duplicate_freed_by_second() -> None:
     alloc.free(slots_b[mb.length : cached_b])
     cache.unlock(mb.last_node)
     assert ids(cache.match_prefix([1, 2, 3, 4, 5]).slots) == [0, 1, 2, 3, 4]
+    assert cache.protected_size == 0
+    cache.check_integrity()
+
+
+def test_chunked_request_caches_then_relocks() -> None:
+    """Protocol step 3: a running request caches its first chunk and swaps its lock."""
+    alloc, cache = make(page_size=2)
+    table = ReqToSlotTable(max_requests=2, max_context=16)
+    put(alloc, cache, [1, 2, 3, 4])  # slots 0..3
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    m = cache.match_prefix(prompt[:-1])
+    cache.lock(m.last_node)
+    row = table.alloc_row()
+    assert row is not None and ids(m.slots) == [0, 1, 2, 3]
+    table.write(row, 0, m.slots)
+    own = cache.alloc(3)  # chunk 1 computes positions 4..6
+    assert own is not None and ids(own) == [4, 5, 6]
+    table.write(row, 4, own)
+
+    assert put(alloc, cache, [1, 2, 3, 4, 5, 6]) == 4  # meanwhile: the tree gets (5,6) in slots 11, 12
+    slots = table.read(row, 7)
+    cached = cache.insert(prompt[:7], slots)
+    assert cached == 6  # (1,2) (3,4) (5,6); the partial page (7,) stays the request's
+    alloc.free(slots[m.length : cached])  # its copies of (5,6): slots 4, 5
+    m2 = cache.match_prefix(prompt[:7])
+    assert m2.length == 6 and ids(m2.slots) == [0, 1, 2, 3, 11, 12]
+    cache.lock(m2.last_node)
+    cache.unlock(m.last_node)
+    table.write(row, 0, m2.slots)
+    assert ids(table.read(row, 7)) == [0, 1, 2, 3, 11, 12, 6]
+    assert cache.protected_size == 6
+    cache.check_integrity(live_slots=[table.read(row, 7)[m2.length :]])
+
+    own2 = cache.alloc(1)  # chunk 2: position 7
+    assert own2 is not None
+    table.write(row, 7, own2)
+    slots = table.read(row, 8)
+    assert cache.insert(prompt[:8], slots) == m2.length  # no duplicates this time
+    cache.unlock(m2.last_node)
+    table.free_row(row)
+    assert ids(cache.match_prefix(prompt).slots) == [0, 1, 2, 3, 11, 12, 6, *ids(own2)]
     assert cache.protected_size == 0
     cache.check_integrity()
 
