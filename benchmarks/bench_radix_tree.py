@@ -140,7 +140,7 @@ def leaves(cache: RadixCache) -> list[TreeNode]:
 def measure(
     tree_tokens: int, prompt_lens: list[int], seed: int, runs: int
 ) -> tuple[list[ScalingRow], RadixCache, SlotAllocator, TreeBuilder]:
-    allocator = SlotAllocator(tree_tokens + 64 * max(prompt_lens) + 100_000)
+    allocator = SlotAllocator(tree_tokens + 16 * max(prompt_lens) + 100_000)
     cache = RadixCache(allocator)
     builder = TreeBuilder(cache, allocator, seed)
     prompts = {p: builder.conversation(p) for p in prompt_lens}
@@ -153,17 +153,17 @@ def measure(
         m = cache.match_prefix(prompt)
         assert m.length == p, f"prompt of {p} tokens not fully cached ({m.length})"
         depth, node = 0, m.last_node
-        while node is not cache.root:
+        while node.parent is not None:  # up to the root
             depth, node = depth + 1, node.parent
         match = median_us(lambda prompt=prompt: cache.match_prefix(prompt), runs)
 
         # insert: a new prompt sharing its first quarter with a cached one
         for leaf in locked:
             cache.lock(leaf)
-        news = [prompt[: p // 4] + builder.tokens(p - p // 4) for _ in range(runs // 4 + 5)]
-        slot_sets = [allocator.alloc(p) for _ in news]
         times = []
-        for new, slots in zip(news, slot_sets):
+        for _ in range(runs + 5):
+            new = prompt[: p // 4] + builder.tokens(p - p // 4)
+            slots = allocator.alloc(p)
             assert slots is not None
             size = cache.total_size
             t0 = time.perf_counter_ns()
@@ -250,7 +250,7 @@ def main() -> None:
             file=sys.stderr,
         )
         if size == max(args.tree_sizes):
-            evict = measure_evict(cache, args.evict_tokens, repeats=5)
+            evict = measure_evict(cache, args.evict_tokens, repeats=7)
 
     print(
         f"\n{'tree tokens':>12} {'sequences':>9} {'nodes':>7} {'prompt':>6} {'depth':>5} "
@@ -265,7 +265,7 @@ def main() -> None:
         print(
             f"\nevict {evict.evict_tokens:,} tokens from a {evict.tree_tokens:,}-token tree: "
             f"{evict.evict_ms:.2f} ms median, {evict.evict_min_ms:.2f} ms min "
-            f"(5 successive calls, {evict.freed_tokens:,} freed each)"
+            f"(7 successive calls, {evict.freed_tokens:,} freed each)"
         )
     headline = max(
         (r for r in rows if r.prompt_len == max(args.prompt_lens)), key=lambda r: r.tree_tokens, default=None

@@ -430,7 +430,10 @@ class RadixCache:
                 first = child.key[0] if self.page_size == 1 else child.key[: self.page_size]
                 _require(child.parent is node, f"{child} has a wrong parent")
                 _require(child.child_key == ck, f"{child} is filed under {ck!r}")
-                _require((ck[1] if node is self.root else ck) == first, f"{child} filed under {ck!r}")
+                filed = (
+                    ck[1] if node is self.root and isinstance(ck, tuple) else ck
+                )  # root: (extra_key, first)
+                _require(filed == first, f"{child} filed under {ck!r}")
                 _require(len(child.key) > 0 and len(child.key) % self.page_size == 0, f"{child}: bad length")
                 _require(child.slots.shape == (len(child.key),), f"{child}: {child.slots.shape[0]} slots")
                 _require(child.lock_ref >= 0, f"{child}: negative lock count")

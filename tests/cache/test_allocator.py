@@ -8,7 +8,8 @@ import torch
 from radixserve.cache import ReqToSlotTable, SlotAllocator
 
 
-def ids(t: torch.Tensor) -> list[int]:
+def ids(t: torch.Tensor | None) -> list[int]:
+    assert t is not None
     return t.tolist()
 
 

@@ -67,7 +67,7 @@ class RadixMachine(RuleBasedStateMachine):
         super().__init__()
         self.alloc = RecordingAllocator(NUM_SLOTS)
         self.cache = RadixCache(self.alloc)
-        self.ref: dict[RefKey, int] = {}
+        self.ref: dict[RefKey, tuple[int, ...]] = {}  # page prefix -> the last page's slots
         self.running: list[Running] = []
         self.held: list[torch.Tensor] = []  # raw allocations owned by "someone else"
 
