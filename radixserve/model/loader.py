@@ -12,6 +12,7 @@ A spec is one of
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,12 @@ class LoadedModel:
 
 
 def load_model(
-    spec: str,
+    spec: str | os.PathLike[str],
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     load_format: str = "auto",
 ) -> LoadedModel:
+    spec = os.fspath(spec)
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format {load_format!r} is not one of {', '.join(LOAD_FORMATS)}")
     if dtype not in DTYPES:

@@ -89,8 +89,9 @@ def test_half_precision_loads_and_runs(tiny: Any, helpers: Any, dtype: torch.dty
     assert helpers.rel_err(got, ref) < 3e-2
 
 
-def test_spec_with_user_home(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spec_as_path_or_with_user_home(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     _, folder, _, _ = tiny
     monkeypatch.setenv("HOME", str(Path(folder).parent))
     loaded = load_model(f"~/{Path(folder).name}")
     assert loaded.config.num_layers == 2
+    assert load_model(Path(folder)).path == str(folder)
