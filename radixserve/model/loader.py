@@ -68,7 +68,7 @@ def _resolve_folder(spec: str, load_format: str) -> Path:
     if spec in EMBEDDED_ALIASES and not Path(spec).exists():
         return embedded_model_dir()
     path = Path(spec).expanduser()
-    if path.is_file() and (path.suffix == ".gguf" or load_format == "gguf"):
+    if path.is_file() and load_format != "safetensors" and (path.suffix == ".gguf" or load_format == "gguf"):
         return gguf_folder(path)
     if load_format == "gguf":
         raise FileNotFoundError(f"GGUF file {path} does not exist")
@@ -93,15 +93,20 @@ def _resolve_folder(spec: str, load_format: str) -> Path:
     )
 
 
-def _build(hf_config: Any, dtype: torch.dtype, device: torch.device) -> tuple[nn.Module, ModelConfig]:
+def _model_config(hf_config: Any) -> tuple[type[nn.Module], ModelConfig]:
     arch, cls = resolve_architecture(
         getattr(hf_config, "architectures", None), getattr(hf_config, "model_type", None)
     )
-    config = ModelConfig.from_hf(hf_config, architecture=arch)
+    return cls, ModelConfig.from_hf(hf_config, architecture=arch)
+
+
+def _instantiate(
+    cls: type[nn.Module], config: ModelConfig, dtype: torch.dtype, device: torch.device
+) -> nn.Module:
     # Built directly on the target device with uninitialised storage: the weights are filled once, after.
     with torch.device(device):
         model = cls(config, dtype=dtype)
-    return model.eval(), config
+    return model.eval()
 
 
 def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: bool) -> LoadedModel:
@@ -112,11 +117,13 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     except (ValueError, KeyError) as e:
         # An unknown model_type fails inside transformers; say which architecture it was.
         raise _unreadable_config(folder, e) from e
-    model, config = _build(hf_config, dtype, device)
-    if dummy:
+    cls, config = _model_config(hf_config)
+    files = None if dummy else checkpoint_files(folder)  # fail on missing files before building
+    model = _instantiate(cls, config, dtype, device)
+    if files is None:
         init_dummy_weights(model, seed=DUMMY_SEED)
     else:
-        load_checkpoint(model, checkpoint_files(folder), tied=config.tie_word_embeddings)
+        load_checkpoint(model, files, tied=config.tie_word_embeddings)
     tokenizer = load_tokenizer(folder)
     return LoadedModel(
         model=model,
@@ -132,7 +139,8 @@ def _load_dummy_shape(name: str, dtype: torch.dtype, device: torch.device) -> Lo
     if name not in SHAPES:
         raise ValueError(f"unknown model shape {name!r}; known shapes: {', '.join(shape_names())}")
     hf_config = shape_hf_config(name)
-    model, config = _build(hf_config, dtype, device)
+    cls, config = _model_config(hf_config)
+    model = _instantiate(cls, config, dtype, device)
     init_dummy_weights(model, seed=DUMMY_SEED)
     tokenizer = None
     if name in EMBEDDED_ALIASES:
