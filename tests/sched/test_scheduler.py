@@ -1,0 +1,231 @@
+"""The scheduling policy with a fake model: exact admission, caching, retraction and release.
+
+The fake "model" samples a token that is a pure function of the whole
+sequence so far, so any scheduling mistake (a wrong prefix, a lost token, a
+retraction that changes the output) shows up as different tokens.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.model.runner import StepResult
+from radixserve.sampling_params import SamplingParams
+from radixserve.sched.batch import Batch
+from radixserve.sched.request import Request
+from radixserve.sched.scheduler import NEED_SYNC, Scheduler, SchedulerConfig
+
+VOCAB = 50
+EOS = 0
+
+
+def next_token(seq: list[int]) -> int:
+    return (sum((i + 1) * t for i, t in enumerate(seq)) * 2654435761) % VOCAB  # 0 is EOS
+
+
+class FakeModel:
+    """Checks the batch's KV bookkeeping, then 'samples' from the known sequences."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.kv: dict[int, int] = {}  # slot -> token id stored there (position-free fake KV)
+
+    def step(self, batch: Batch, pending: dict[int, int]) -> StepResult:
+        ids = list(batch.input_ids)
+        off = 0
+        kv_off = 0
+        next_ids = []
+        for req, p, e, s in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, batch.sample):
+            ctx = batch.kv_indices[kv_off : kv_off + p + e].tolist()
+            for j in range(e):
+                tok = ids[off + j]
+                if tok < 0:
+                    tok = pending[req.row]
+                self.kv[int(batch.out_slots[off + j])] = tok
+            seq = [self.kv[slot] for slot in ctx]  # the request's whole context, read back from "KV"
+            assert seq[: len(req.prompt_ids)] == req.prompt_ids[: len(seq)], "context slots hold wrong tokens"
+            if s:
+                tok = next_token(seq)
+                next_ids.append(tok)
+                pending[req.row] = tok
+            off += e
+            kv_off += p + e
+        return StepResult(next_ids=next_ids)
+
+
+def expected(prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(max_tokens):
+        t = next_token(seq)
+        out.append(t)
+        seq.append(t)
+        if t == EOS and not ignore_eos:
+            break
+    return out
+
+
+def make(slots: int, **cfg: object) -> tuple[Scheduler, SlotAllocator]:
+    alloc = SlotAllocator(slots)
+    sched = Scheduler(SchedulerConfig(**cfg), alloc, RadixCache(alloc), ReqToSlotTable(64, 512))  # type: ignore[arg-type]
+    return sched, alloc
+
+
+def req(rid: str, prompt: list[int], max_tokens: int, arrival: int = 0, ignore_eos: bool = True) -> Request:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    return Request(rid, 0, list(prompt), params, frozenset({EOS}), 512, arrival=arrival)
+
+
+_MODELS: dict[int, tuple[FakeModel, dict[int, int]]] = {}
+
+
+def fake(sched: Scheduler) -> tuple[FakeModel, dict[int, int]]:
+    """One fake model (its 'KV' and in-flight tokens) per scheduler."""
+    return _MODELS.setdefault(id(sched), (FakeModel(sched), {}))
+
+
+def drive(sched: Scheduler, overlap: bool, arrivals: dict[int, list[Request]]) -> dict[str, list[int]]:
+    """Run to completion; `arrivals[k]` join before step k. Returns rid -> output tokens."""
+    model, pending = fake(sched)
+    outs: dict[str, list[int]] = {}
+    last = None
+    step = 0
+    while True:
+        for r in arrivals.get(step, []):
+            sched.add(r)
+        batch = sched.schedule(inflight=last is not None)
+        if batch is NEED_SYNC or (batch is None and last is not None):
+            for o in sched.process(*last):
+                outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+            last = None
+            continue
+        if batch is None:
+            if not sched.has_work and step > max(arrivals, default=0):
+                break
+            step += 1
+            continue
+        res = model.step(batch, pending)
+        if overlap:
+            if last is not None:
+                for o in sched.process(*last):
+                    outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+            last = (batch, res)
+        else:
+            for o in sched.process(batch, res):
+                outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+        sched.check_integrity()
+        step += 1
+    if last is not None:
+        for o in sched.process(*last):
+            outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+    sched.check_integrity()
+    return outs
+
+
+def test_prefill_then_decode_and_kv_returns_to_the_tree() -> None:
+    sched, alloc = make(100)
+    r = req("a", [5, 6, 7, 8], 3)
+    sched.add(r)
+    batch = sched.schedule()
+    assert batch.is_prefill and batch.extend_lens == [4] and batch.prefix_lens == [0]
+    assert batch.out_slots.tolist() == [0, 1, 2, 3]
+    model, pending = fake(sched)
+    outs = sched.process(batch, model.step(batch, pending))
+    assert outs[0].delta_token_ids == (next_token([5, 6, 7, 8]),)
+    rest = drive(sched, False, {})
+    assert outs[0].delta_token_ids[0:1] + tuple(rest["a"]) == tuple(expected([5, 6, 7, 8], 3))
+    # Prompt and outputs but the last token have KV, all in the tree now.
+    assert sched.cache.total_size == 4 + 3 - 1 and alloc.num_free == 100 - 6
+
+
+def test_second_request_reuses_the_cached_prompt() -> None:
+    sched, _ = make(100)
+    drive(sched, False, {0: [req("a", list(range(1, 11)), 2)]})
+    b = req("b", list(range(1, 11)) + [20, 21], 2)
+    sched.add(b)
+    batch = sched.schedule()
+    assert batch.prefix_lens == [10] and batch.extend_lens == [2]  # the prompt of "a" is cached
+    assert b.cached_tokens == 10
+
+
+def test_request_sharing_an_uncached_prefix_waits_one_step() -> None:
+    sched, _ = make(500, defer_shared_min=8)
+    shared = list(range(1, 41))
+    a, b = req("a", shared + [1], 1, 0), req("b", shared + [2], 1, 1)
+    sched.add(a)
+    sched.add(b)
+    first = sched.schedule()
+    assert [r.rid for r in first.reqs] == ["a"]
+    model, pending = fake(sched)
+    sched.process(first, model.step(first, pending))
+    second = sched.schedule()
+    assert [r.rid for r in second.reqs] == ["b"] and second.prefix_lens == [40]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("seed", range(10))
+def test_random_workloads_give_exact_outputs_and_full_second_round_hits(overlap: bool, seed: int) -> None:
+    rng = random.Random(seed)
+    stems = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30))] for _ in range(4)]
+    prompts = [rng.choice(stems) + [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 40))] for _ in range(12)]
+    lens = [rng.randint(1, 30) for _ in prompts]
+    sched, alloc = make(10_000, chunked_prefill_size=rng.choice([8, 64, 1000]))
+    for rnd in range(2):
+        arrivals: dict[int, list[Request]] = {}
+        reqs = []
+        for i, (p, n) in enumerate(zip(prompts, lens)):
+            r = req(f"{rnd}-{i}", p, n, arrival=i, ignore_eos=False)
+            reqs.append(r)
+            arrivals.setdefault(rng.randint(0, 6), []).append(r)
+        outs = drive(sched, overlap, arrivals)
+        for i, r in enumerate(reqs):
+            assert outs[r.rid] == expected(prompts[i], lens[i], ignore_eos=False), f"round {rnd} request {i}"
+            if rnd == 1:
+                assert r.cached_tokens == len(prompts[i]) - 1, f"request {i} hit {r.cached_tokens}"
+    assert alloc.num_free + sched.cache.total_size == 10_000
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool) -> None:
+    rng = random.Random(1)
+    prompts = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(5, 20))] for _ in range(10)]
+    sched, alloc = make(80, decode_reserve_ratio=0.0)
+    reqs = [req(str(i), p, 15, arrival=i) for i, p in enumerate(prompts)]
+    outs = drive(sched, overlap, {0: reqs})
+    assert sched.retractions > 0
+    for i, r in enumerate(reqs):
+        assert outs[r.rid] == expected(prompts[i], 15)
+    sched.cache.reset()
+    assert alloc.num_free == 80
+
+
+def test_abort_while_waiting_and_running_frees_everything() -> None:
+    sched, alloc = make(100)
+    a, b = req("a", [1, 2, 3], 50), req("b", [4, 5, 6], 50)
+    sched.add(a)
+    batch = sched.schedule()
+    model, pending = fake(sched)
+    sched.process(batch, model.step(batch, pending))
+    sched.add(b)
+    sched.abort("a", "test")
+    sched.abort("b", "test")
+    aborted = sched.take_aborted()
+    assert sorted(o.request_id for o in aborted) == ["a", "b"]
+    assert all(o.finish_reason == "abort" and o.error == "test" for o in aborted)
+    assert not sched.has_work
+    sched.check_integrity()
+    sched.cache.reset()
+    assert alloc.num_free == 100
+
+
+def test_live_slots_are_owned_by_running_requests() -> None:
+    sched, _ = make(100)
+    sched.add(req("a", [1, 2, 3, 4], 5))
+    sched.schedule()
+    live = torch.cat(sched.live_slots()).tolist()
+    assert live == [0, 1, 2, 3]
