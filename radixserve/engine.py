@@ -48,7 +48,7 @@ class AsyncEngine:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
-        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException] | _Collector] = {}
         self._active = 0  # completions submitted and not yet finished
         self._idle: asyncio.Event | None = None
         self._arrival = itertools.count()
@@ -77,15 +77,21 @@ class AsyncEngine:
         mc = loaded.config
         self.context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
         pool_cfg = mc.kv_pool_config(dtype, device)
-        pool = KVPool(pool_cfg, self._kv_slots(pool_cfg.bytes_per_slot, device))
+        num_slots = self._kv_slots(pool_cfg.bytes_per_slot, device)
+        # One slot more than the allocator hands out: the scratch slot that padded
+        # CUDA-graph rows write to.
+        pool = KVPool(pool_cfg, num_slots + 1)
         attn = make_attention_backend(
             cfg.attention_backend, pool, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.attn_scale
         )
-        allocator = SlotAllocator(pool.num_slots)
+        allocator = SlotAllocator(num_slots)
         cache = RadixCache(allocator, page_size=cfg.page_size)
         table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1)
         self.scheduler = Scheduler(cfg.scheduler_config(), allocator, cache, table, loaded.tokenizer)
         runner = ModelRunner(loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device)
+        if cfg.cuda_graph and device.type == "cuda":
+            max_kv = min(cfg.max_running_requests * (self.context_length + 1), 1 << 26)
+            runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
         self.loaded = loaded
         self.pool = pool
         self._worker = Worker(self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled)
@@ -100,7 +106,8 @@ class AsyncEngine:
             import torch
 
             free, _ = torch.cuda.mem_get_info(device)
-            return max(1, int(free * cfg.mem_fraction) // bytes_per_slot)
+            # Room for activations, logits and graphs stays outside the fraction.
+            return max(1, int(free * cfg.mem_fraction) // bytes_per_slot - 1)
         return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * self.context_length))
 
     async def shutdown(self, drain: bool = True) -> None:
@@ -140,13 +147,8 @@ class AsyncEngine:
         """Stream outputs of one request (n completions interleaved, told apart by `index`)."""
         params = params or SamplingParams()
         reqs = self._make_requests(prompt, params, request_id, extra_key)
-        rid = reqs[0].rid
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self._streams[rid] = queue
-        self._active += len(reqs)
-        assert self._idle is not None and self._worker is not None
-        self._idle.clear()
-        self._worker.submit("add", reqs)
+        rid = self._submit(reqs, queue)
         remaining = len(reqs)
         try:
             while remaining:
@@ -158,18 +160,28 @@ class AsyncEngine:
                 yield item
         finally:
             self._streams.pop(rid, None)
-            if remaining and self._worker is not None and self._error is None:
-                self._worker.submit("abort", (rid, "cancelled by the caller"))
+            if remaining:
+                self._abort_quietly(rid)
 
     async def complete(
         self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
     ) -> RequestOutput | list[RequestOutput]:
-        """The final output (a list of n outputs, by index, when `params.n > 1`)."""
-        final: dict[int, RequestOutput] = {}
-        async for out in self.generate(prompt, params, **kw):
-            if out.finished:
-                final[out.index] = out
-        outs = [final[i] for i in sorted(final)]
+        """The final output (a list of n outputs, by index, when `params.n > 1`).
+
+        Unlike `generate`, nothing wakes the caller before the end: under many
+        concurrent requests the event loop stays quiet and the worker keeps the GIL.
+        """
+        params = params or SamplingParams()
+        reqs = self._make_requests(prompt, params, kw.get("request_id"), kw.get("extra_key"))
+        assert self._loop is not None
+        collector = _Collector(len(reqs), self._loop.create_future())
+        rid = self._submit(reqs, collector)
+        try:
+            outs = await collector.done
+        finally:
+            self._streams.pop(rid, None)
+            if not collector.done.done() or collector.done.cancelled():
+                self._abort_quietly(rid)
         return outs[0] if len(outs) == 1 else outs
 
     async def generate_many(
@@ -200,6 +212,19 @@ class AsyncEngine:
         finally:
             if bar is not None:
                 bar.close()
+
+    def _submit(self, reqs: list[Request], sink: Any) -> str:
+        rid = reqs[0].rid
+        self._streams[rid] = sink
+        self._active += len(reqs)
+        assert self._idle is not None and self._worker is not None
+        self._idle.clear()
+        self._worker.submit("add", reqs)
+        return rid
+
+    def _abort_quietly(self, rid: str) -> None:
+        if self._worker is not None and self._error is None:
+            self._worker.submit("abort", (rid, "cancelled by the caller"))
 
     async def abort(self, request_id: str) -> None:
         if self._worker is not None:
@@ -284,7 +309,7 @@ class AsyncEngine:
         rid = request_id or uuid.uuid4().hex
         if rid in self._streams:
             raise ValueError(f"request_id {rid!r} is already running")
-        eos = frozenset(self.loaded.config.eos_token_ids)
+        eos = frozenset(self.loaded.eos_token_ids or self.loaded.config.eos_token_ids)
         reqs = []
         for i in range(params.n):
             # Completions of one seeded request differ from each other but not between runs.
@@ -339,6 +364,25 @@ class AsyncEngine:
                 self._idle.set()
 
         self._loop.call_soon_threadsafe(fail_all)
+
+
+class _Collector:
+    """The sink of `complete()`: keeps the final output of each completion, resolves once."""
+
+    def __init__(self, n: int, done: asyncio.Future[list[RequestOutput]]) -> None:
+        self.n = n
+        self.done = done
+        self.final: dict[int, RequestOutput] = {}
+
+    def put_nowait(self, item: RequestOutput | BaseException) -> None:
+        if self.done.done():
+            return
+        if isinstance(item, BaseException):
+            self.done.set_exception(item)
+        elif item.finished:
+            self.final[item.index] = item
+            if len(self.final) == self.n:
+                self.done.set_result([self.final[i] for i in sorted(self.final)])
 
 
 class Engine:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.model.forward_batch import ForwardBatch
 from radixserve.model.sampler import SampleOutput, Sampler, SamplingInputs
 
@@ -76,6 +77,15 @@ class ModelRunner:
         self.sampler = Sampler(vocab_size, max_rows, device)
         self.last_tokens = torch.zeros(max_rows, dtype=torch.int64, device=device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.graphs: DecodeGraphs | None = None
+
+    def enable_cuda_graphs(self, max_bs: int, max_kv_tokens: int, scratch_slot: int) -> bool:
+        """Capture decode graphs (CUDA and a graph-capable backend only); True if done."""
+        if self.stream is None or not supports_graphs(self.attn):
+            return False
+        self.graphs = DecodeGraphs(self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device)
+        self.graphs.capture(self.stream)
+        return True
 
     def launch(
         self,
@@ -104,8 +114,11 @@ class ModelRunner:
         if pending_pos:  # ids sampled by the previous step, still on the device
             pos = torch.tensor(pending_pos, device=self.device)
             fb.input_ids[pos] = self.last_tokens[torch.tensor(pending_rows, device=self.device)]
-        self.attn.plan(fb)
-        logits = self.model(fb, self.attn)
+        if self.graphs is not None and self.graphs.can_run(fb):
+            logits = self.graphs.run(fb)
+        else:
+            self.attn.plan(fb)
+            logits = self.model(fb, self.attn)
         n = len(sampling)
         out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
         if n:

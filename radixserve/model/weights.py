@@ -83,6 +83,13 @@ def _targets(model: nn.Module) -> dict[str, _Target]:
     return targets
 
 
+def checkpoint_views(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights under checkpoint (Hugging Face) names, as views: the
+    inverse of loading. Lets transformers run on exactly our weights (the GPU
+    suite's peer uses it for dummy shapes)."""
+    return {name: t.view() for name, t in _targets(model).items()}
+
+
 def _ignored(name: str, tied: bool) -> bool:
     # Old Llama checkpoints store rope buffers; tied checkpoints may repeat the embedding.
     return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")

@@ -59,9 +59,13 @@ class Batch:
         kv = np.zeros(len(self.reqs) + 1, dtype=np.int32)
         np.cumsum([p + e for p, e in zip(self.prefix_lens, self.extend_lens)], out=kv[1:])
         # Logits rows: one per sampling request first, then the prompt-logprob rows.
-        rows = [int(qo[i + 1]) - 1 for i, s in enumerate(self.sample) if s]
+        # None when that is just the last token of every request (the model's default,
+        # and what CUDA-graph decode replays).
+        rows: list[int] | None = [int(qo[i + 1]) - 1 for i, s in enumerate(self.sample) if s]
         for lp_rows in self.prompt_lp_rows:
             rows.extend(lp_rows)
+        if all(self.sample) and len(rows) == len(self.reqs):
+            rows = None
         non_blocking = device.type == "cuda"
 
         def dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -84,5 +88,5 @@ class Batch:
             kv_indices=dev(self.kv_indices, torch.int32),
             extend_lens=list(self.extend_lens),
             prefix_lens=list(self.prefix_lens),
-            logit_rows=dev(rows, torch.int64),
+            logit_rows=None if rows is None else dev(rows, torch.int64),
         )

@@ -63,6 +63,20 @@ class Request:
         return self.prompt_ids + self.output_ids
 
     @property
+    def num_known(self) -> int:
+        """Tokens whose ids the host knows (prompt + outputs)."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def known_ids(self, start: int, end: int) -> list[int]:
+        """`all_ids[start:end]` without copying the whole sequence (hot path)."""
+        p = len(self.prompt_ids)
+        if end <= p:
+            return self.prompt_ids[start:end]
+        if start >= p:
+            return self.output_ids[start - p : end - p]
+        return self.prompt_ids[start:] + self.output_ids[: end - p]
+
+    @property
     def num_tokens(self) -> int:
         """Tokens whose ids are known or in flight (prompt + outputs + pending)."""
         return len(self.prompt_ids) + len(self.output_ids) + self.pending

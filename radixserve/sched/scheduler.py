@@ -121,7 +121,7 @@ class Scheduler:
         picked: list[tuple[Request, int]] = []
         chunking = [r for r in self.running if not r.prefill_done]
         for req in chunking:  # at most one, by construction
-            n = min(len(req.all_ids) - req.kv_len, budget)
+            n = min(req.num_known - req.kv_len, budget)
             if not self._grow(req, n):
                 break
             picked.append((req, n))
@@ -132,7 +132,7 @@ class Scheduler:
                 break
             if self._shares_with_picked(req, match.length if match else 0, picked):
                 continue
-            n = min(len(req.all_ids) - (match.length if match else 0), budget)
+            n = min(req.num_known - (match.length if match else 0), budget)
             if not self._admit(req, match, n):
                 break
             new_reqs.append(req)
@@ -157,7 +157,7 @@ class Scheduler:
     def _match_limit(self, req: Request) -> int:
         # At least one token must be computed to get logits; prompt logprobs
         # from position s need the logits of position s-1.
-        limit = len(req.all_ids) - 1
+        limit = req.num_known - 1
         if req.params.prompt_logprobs:
             limit = min(limit, max(req.params.prompt_logprobs_start - 1, 0))
         return max(limit, 0)
@@ -168,13 +168,13 @@ class Scheduler:
 
     def _shares_with_picked(self, req: Request, matched: int, picked: list[tuple[Request, int]]) -> bool:
         need = self.cfg.defer_shared_min
-        if self.cache is None or len(req.all_ids) - matched < need:
+        if self.cache is None or req.num_known - matched < need:
             return False
-        mine = np.asarray(req.all_ids[matched : matched + need])
+        mine = np.asarray(req.known_ids(matched, matched + need))
         for other, _n in picked:
-            if other.extra_key != req.extra_key or len(other.all_ids) < matched + need:
+            if other.extra_key != req.extra_key or other.num_known < matched + need:
                 continue
-            theirs = np.asarray(other.all_ids[matched : matched + need])
+            theirs = np.asarray(other.known_ids(matched, matched + need))
             if np.array_equal(mine, theirs):
                 return True
         return False
@@ -193,7 +193,7 @@ class Scheduler:
         """Lock the request's cached prefix and allocate its first chunk."""
         if self.cache is not None and match is None:
             match = self._match(req)
-            n = min(len(req.all_ids) - match.length, n)
+            n = min(req.num_known - match.length, n)
         cached = match.length if match else 0
         if self.cache is not None:
             self.cache.lock(match.last_node)  # before allocating: allocation may evict
@@ -267,9 +267,8 @@ class Scheduler:
         prefix_lens, extend_lens, ctx, out = [], [], [], []
         for req, n in picked:
             start = req.kv_len
-            known = req.all_ids
-            if start + n <= len(known):
-                input_ids.extend(known[start : start + n])
+            if start + n <= req.num_known:
+                input_ids.extend(req.known_ids(start, start + n))
             else:  # decode of a token still in flight
                 input_ids.append(-1)
             rows: list[int] = []

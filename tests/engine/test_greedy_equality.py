@@ -38,7 +38,7 @@ def test_second_round_hits_the_radix_cache_with_same_tokens(prompts, reference) 
     for i, (a, b, ref) in enumerate(zip(first, second, reference)):
         assert list(a.token_ids) == ref and list(b.token_ids) == ref, f"prompt {i} differs"
         # The whole prompt but its last token is in the tree after round one.
-        assert b.usage.cached_tokens == len(prompts[i]) - 1
+        assert b.usage.cached_tokens == len(prompts[i]) - 1, (i, a.usage, b.usage, a.finish_reason)
     assert sum(o.usage.cached_tokens for o in second) > 0
 
 

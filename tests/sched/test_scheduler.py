@@ -172,7 +172,9 @@ def test_request_sharing_an_uncached_prefix_waits_one_step() -> None:
 def test_random_workloads_give_exact_outputs_and_full_second_round_hits(overlap: bool, seed: int) -> None:
     rng = random.Random(seed)
     stems = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30))] for _ in range(4)]
-    prompts = [rng.choice(stems) + [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 40))] for _ in range(12)]
+    prompts = [
+        rng.choice(stems) + [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 40))] for _ in range(12)
+    ]
     lens = [rng.randint(1, 30) for _ in prompts]
     sched, alloc = make(10_000, chunked_prefill_size=rng.choice([8, 64, 1000]))
     for rnd in range(2):

@@ -1,0 +1,124 @@
+"""CUDA graphs for decode steps: capture once at start, replay every step.
+
+A decode step of a small model is hundreds of tiny kernel launches; replaying
+a captured graph turns them into one launch, so the GPU no longer waits for
+Python. Graphs are captured for a ladder of batch sizes; a step of B requests
+replays the smallest graph of at least B rows, padding the rest. Padding rows
+read and write one scratch KV slot that belongs to no request (the pool has
+one slot more than the allocator hands out).
+
+Only backends that can plan a fixed-size decode state outside the graph take
+part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from radixserve.model.attention.base import AttentionBackend
+from radixserve.model.forward_batch import ForwardBatch
+
+
+def graph_batch_sizes(max_bs: int) -> list[int]:
+    ladder = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512]
+    sizes = [b for b in ladder if b < max_bs]
+    return [*sizes, max_bs]
+
+
+def supports_graphs(attn: AttentionBackend) -> bool:
+    return hasattr(attn, "make_cuda_graph_decode_state") and hasattr(attn, "plan_cuda_graph")
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        model: nn.Module,
+        attn: AttentionBackend,
+        max_bs: int,
+        max_kv_tokens: int,
+        scratch_slot: int,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.attn: Any = attn
+        self.device = device
+        self.scratch = scratch_slot
+        self.sizes = graph_batch_sizes(max_bs)
+        self.max_bs = self.sizes[-1]
+        n = self.max_bs
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
+        self.out_slots = torch.full((n,), scratch_slot, dtype=torch.int64, device=device)
+        self.qo_indptr = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        self.states: dict[int, Any] = {}
+        self.batches: dict[int, ForwardBatch] = {}
+        self.max_kv_tokens = max(max_kv_tokens, n)
+
+    def _static_batch(self, bs: int) -> ForwardBatch:
+        return ForwardBatch(
+            input_ids=self.input_ids[:bs],
+            positions=self.positions[:bs],
+            out_slots=self.out_slots[:bs],
+            qo_indptr=self.qo_indptr[: bs + 1],
+            kv_indptr=self.qo_indptr[: bs + 1],
+            kv_indices=torch.full((bs,), self.scratch, dtype=torch.int32, device=self.device),
+            extend_lens=[1] * bs,
+            prefix_lens=[0] * bs,
+        )
+
+    @torch.inference_mode()
+    def capture(self, stream: torch.cuda.Stream) -> None:
+        pool = torch.cuda.graph_pool_handle()
+        for bs in sorted(self.sizes, reverse=True):  # largest first: it sizes the shared page table
+            state = self.attn.make_cuda_graph_decode_state(bs, self.max_kv_tokens)
+            batch = self._static_batch(bs)
+            self.attn.plan_cuda_graph(state, batch)
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up (lazy inits, autotuning) outside the graph
+                    self.model(batch, self.attn)
+            stream.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                self.logits[bs] = self.model(batch, self.attn)
+            self.graphs[bs] = graph
+            self.states[bs] = state
+            self.batches[bs] = batch
+        torch.cuda.synchronize(self.device)
+
+    def can_run(self, fb: ForwardBatch) -> bool:
+        return fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None
+
+    def run(self, fb: ForwardBatch) -> torch.Tensor:
+        """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""
+        b = fb.batch_size
+        bs = next(s for s in self.sizes if s >= b)
+        self.input_ids[:b].copy_(fb.input_ids)
+        self.positions[:b].copy_(fb.positions)
+        self.out_slots[:b].copy_(fb.out_slots)
+        if bs > b:
+            self.input_ids[b:bs].zero_()
+            self.positions[b:bs].zero_()
+            self.out_slots[b:bs].fill_(self.scratch)
+        pad = bs - b
+        kv_indices = fb.kv_indices
+        if pad:
+            fill = torch.full((pad,), self.scratch, dtype=kv_indices.dtype, device=self.device)
+            kv_indices = torch.cat([kv_indices, fill])
+        plan_batch = ForwardBatch(
+            input_ids=self.input_ids[:bs],
+            positions=self.positions[:bs],
+            out_slots=self.out_slots[:bs],
+            qo_indptr=self.qo_indptr[: bs + 1],
+            kv_indptr=fb.kv_indptr,  # host lists drive the plan; device indptr unused here
+            kv_indices=kv_indices,
+            extend_lens=[1] * bs,
+            prefix_lens=[*fb.prefix_lens, *([0] * pad)],
+        )
+        self.attn.plan_cuda_graph(self.states[bs], plan_batch)
+        self.graphs[bs].replay()
+        return self.logits[bs][:b]
