@@ -89,22 +89,17 @@ class EnginePool:
 
     def get(self, model: str | None = None, device: str | None = None) -> Engine:
         key = (model or self.model, device or self.device)
-        if key not in self._engines:
-            if key in self._failures:  # fail every test at once instead of reloading each time
-                pytest.fail(self._failures[key], pytrace=False)
+        if key not in self._engines and key not in self._failures:
             from radixserve.config import EngineConfig
             from radixserve.engine import Engine
 
             try:
                 self._engines[key] = Engine(EngineConfig(model=key[0], device=key[1], dtype=self.dtype))
-            except Exception as e:
+            except Exception as e:  # remembered: every later test fails at once instead of reloading
                 self._failures[key] = f"radixserve: cannot start model {key[0]!r} on {key[1]}: {e}"
-                pytest.fail(self._failures[key], pytrace=False)
+        if key in self._failures:  # outside `except`: the report is one line, no exception chain
+            pytest.fail(self._failures[key], pytrace=False)
         return self._engines[key]
-
-    @property
-    def loaded(self) -> list[tuple[str, str]]:
-        return list(self._engines)
 
     def close(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
