@@ -120,21 +120,36 @@ def correctness(model: str, backends: list[str], n_prompts: int, n_tokens: int) 
     del loaded
     free_gpu()
     params = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
+    ours: dict[str, list[list[int]]] = {}
     for backend in backends:
         cfg = engine_config(model, attention_backend=backend, cuda_graph=backend == "flashinfer")
         with running_engine(cfg) as (engine, loop):
             outs = loop.run_until_complete(engine.generate_many(prompts, params))
-        agree = total = exact = 0
+        ours[backend] = [list(o.token_ids) for o in outs]
+
+    def predict(seqs: list[list[int]]) -> list[list[int]]:
         with torch.no_grad():
-            for p, o in zip(prompts, outs):
-                ids = torch.tensor([p + list(o.token_ids)], device="cuda")
-                pred = hf(ids).logits[0, len(p) - 1 : -1].argmax(-1).tolist()
-                agree += sum(a == b for a, b in zip(pred, o.token_ids))
-                total += len(o.token_ids)
-                exact += pred == list(o.token_ids)
-        name = model if not model.startswith("/") else "tiny-random-llama"
-        record("correctness", name, f"backend={backend}", "top1_agreement", agree / total, target=0.99)
-        record("correctness", name, f"backend={backend}", "exact_sequences", exact / len(prompts))
+            return [
+                hf(torch.tensor([p + s], device="cuda")).logits[0, len(p) - 1 : -1].argmax(-1).tolist()
+                for p, s in zip(prompts, seqs)
+            ]
+
+    def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
+        same = sum(x == y for sa, sb in zip(a, b) for x, y in zip(sa, sb))
+        return same / sum(len(s) for s in a), sum(sa == sb for sa, sb in zip(a, b)) / len(a)
+
+    name = model if not model.startswith("/") else "tiny-random-llama"
+    bf16 = {b: predict(seqs) for b, seqs in ours.items()}
+    hf.float()  # the float32 reference on the same weights: how noisy bf16 itself is here
+    fp32 = {b: predict(seqs) for b, seqs in ours.items()}
+    for backend, seqs in ours.items():
+        top1, exact = agreement(seqs, bf16[backend])
+        setting = f"backend={backend}"
+        record("correctness", name, setting, "top1_agreement", top1, target=0.99)
+        record("correctness", name, setting, "exact_sequences", exact)
+        record("correctness", name, setting, "top1_agreement_vs_fp32", agreement(seqs, fp32[backend])[0])
+        floor = agreement(bf16[backend], fp32[backend])[0]
+        record("correctness", name, setting, "transformers_bf16_vs_fp32", floor)
     del hf
     free_gpu()
 
@@ -200,13 +215,36 @@ def hf_generate_throughput(hf: Any, reqs: list[tuple[list[int], int]], batch: in
     return useful / (time.perf_counter() - t0)
 
 
+PROFILE = False
+
+
+@contextmanager
+def worker_profile(engine: AsyncEngine) -> Iterator[None]:
+    """cProfile the worker thread (where host time per step goes), printed after."""
+    if not PROFILE:
+        yield
+        return
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    engine._worker.submit("call", (lambda s: prof.enable(), lambda v, e: None))  # type: ignore[union-attr]
+    yield
+    engine._worker.submit("call", (lambda s: prof.disable(), lambda v, e: None))  # type: ignore[union-attr]
+    time.sleep(0.2)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
 def w1(model: str, n: int, peer_n: int, quick: bool) -> float:
     vocab = load_vocab(model)
     reqs = w1_requests(n, 100, 1024, vocab) if not quick else w1_requests(n, 16, 128, vocab)
     with running_engine(engine_config(model)) as (engine, loop):
         run_offline(engine, loop, reqs[:8])  # warm-up: kernels, allocator
         loop.run_until_complete(engine.flush_cache())
-        tps = run_offline(engine, loop, reqs)
+        with worker_profile(engine):
+            tps = run_offline(engine, loop, reqs)
+        steps = engine._worker.steps  # type: ignore[union-attr]
+        print(f"steps so far {steps}", flush=True)
     key = ("W1", model)
     record("W1", model, "radixserve", "output_tok_s", tps, bound=BOUNDS.get(key), target=TARGETS.get(key))
     loaded = load_model(f"dummy:{model}", torch.bfloat16, "cuda")
@@ -370,7 +408,10 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="comma list of: correctness,w1,w2,w3,w4")
+    ap.add_argument("--profile", action="store_true", help="cProfile the worker during W1")
     args = ap.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     only = set(filter(None, args.only.split(",")))
     want = lambda s: not only or s in only  # noqa: E731
     q = args.quick

@@ -55,6 +55,7 @@ class AsyncEngine:
         self._error: BaseException | None = None
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
+        self.pool: KVPool | None = None
         self.context_length = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -107,7 +108,14 @@ class AsyncEngine:
 
             free, _ = torch.cuda.mem_get_info(device)
             # Room for activations, logits and graphs stays outside the fraction.
-            return max(1, int(free * cfg.mem_fraction) // bytes_per_slot - 1)
+            slots = int(free * cfg.mem_fraction) // bytes_per_slot - 1
+            if slots < self.context_length:
+                raise RuntimeError(
+                    f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model: "
+                    f"{max(slots, 0)} KV slots, fewer than one full context ({self.context_length}); "
+                    "free memory, raise mem_fraction or lower context_length"
+                )
+            return slots
         return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * self.context_length))
 
     async def shutdown(self, drain: bool = True) -> None:
@@ -119,6 +127,8 @@ class AsyncEngine:
             await self._idle.wait()
         worker, self._worker = self._worker, None
         await asyncio.to_thread(worker.stop)
+        # Drop the model, pool and graphs so their device memory can be reused.
+        self.loaded = self.scheduler = self.pool = None
 
     async def __aenter__(self) -> AsyncEngine:
         return await self.start()

@@ -78,9 +78,7 @@ class ForwardBatch:
         positions = torch.cat(
             [torch.arange(p, p + e, dtype=torch.int64) for p, e in zip(prefix_lens, extend_lens)]
         )
-        out_slots = torch.cat(
-            [s[len(s) - e :].to(torch.int64) for s, e in zip(context_slots, extend_lens)]
-        )
+        out_slots = torch.cat([s[len(s) - e :].to(torch.int64) for s, e in zip(context_slots, extend_lens)])
         for s, p, e in zip(context_slots, prefix_lens, extend_lens):
             assert len(s) == p + e, "context_slots must hold prefix and new tokens"
         qo = torch.zeros(len(extend_lens) + 1, dtype=torch.int32)

@@ -18,6 +18,7 @@ from torch import nn
 from radixserve.model.attention.base import AttentionBackend
 from radixserve.model.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.model.forward_batch import ForwardBatch
+from radixserve.model.host import to_device
 from radixserve.model.sampler import SampleOutput, Sampler, SamplingInputs
 
 
@@ -112,8 +113,8 @@ class ModelRunner:
         prompt_top_k: int,
     ) -> StepHandle:
         if pending_pos:  # ids sampled by the previous step, still on the device
-            pos = torch.tensor(pending_pos, device=self.device)
-            fb.input_ids[pos] = self.last_tokens[torch.tensor(pending_rows, device=self.device)]
+            pos = to_device(pending_pos, torch.int64, self.device)
+            fb.input_ids[pos] = self.last_tokens[to_device(pending_rows, torch.int64, self.device)]
         if self.graphs is not None and self.graphs.can_run(fb):
             logits = self.graphs.run(fb)
         else:
@@ -122,7 +123,7 @@ class ModelRunner:
         n = len(sampling)
         out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
         if n:
-            self.last_tokens[torch.tensor(sampling.rows, device=self.device)] = out.next_ids
+            self.last_tokens[to_device(sampling.rows, torch.int64, self.device)] = out.next_ids
         handle = StepHandle(next_ids=_to_host(out.next_ids), event=None)
         if out.logprobs is not None:
             handle.logprobs = _to_host(out.logprobs)
@@ -131,7 +132,7 @@ class ModelRunner:
                 handle.top_logprobs = _to_host(out.top_logprobs)
         if prompt_lp_targets:
             lp = torch.log_softmax(logits[n:].float(), dim=-1)
-            tgt = torch.tensor(prompt_lp_targets, device=self.device)
+            tgt = to_device(prompt_lp_targets, torch.int64, self.device)
             handle.prompt_lps = _to_host(lp.gather(1, tgt[:, None])[:, 0])
             if prompt_top_k:
                 top_lps, top_ids = lp.topk(prompt_top_k, dim=-1)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from radixserve.model.host import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15
@@ -91,17 +92,17 @@ class Sampler:
             self._counts[row].zero_()  # type: ignore[index]
             self._seen[row].zero_()  # type: ignore[index]
             if seen_ids:
-                self._seen[row, torch.as_tensor(seen_ids, device=self.device)] = True  # type: ignore[index]
+                self._seen[row, to_device(seen_ids, torch.int64, self.device)] = True  # type: ignore[index]
         if penalized or any(inp.suppress) or any(p.logit_bias for p in inp.params) or inp.bitmask is not None:
             logits = logits.clone()
         if penalized:
             self._apply_penalties(logits, inp, penalized)
         for i, p in enumerate(inp.params):
             if p.logit_bias:
-                ids = torch.tensor(list(p.logit_bias), device=self.device)
-                logits[i, ids] += torch.tensor(list(p.logit_bias.values()), device=self.device)
+                ids = to_device(list(p.logit_bias), torch.int64, self.device)
+                logits[i, ids] += to_device(list(p.logit_bias.values()), torch.float32, self.device)
             if inp.suppress[i]:
-                logits[i, torch.tensor(inp.suppress[i], device=self.device)] = float("-inf")
+                logits[i, to_device(inp.suppress[i], torch.int64, self.device)] = float("-inf")
         if inp.bitmask is not None:
             import xgrammar
 
@@ -109,7 +110,7 @@ class Sampler:
 
         next_ids = logits.argmax(dim=-1) if inp.all_greedy else self._sample(logits, inp)
 
-        rows = torch.as_tensor(inp.rows, device=self.device)
+        rows = to_device(inp.rows, torch.int64, self.device)
         if self._counts is not None and penalized:
             self._counts[rows, next_ids] += 1
             self._seen[rows, next_ids] = True  # type: ignore[index]
@@ -125,8 +126,8 @@ class Sampler:
 
     def _sample(self, logits: torch.Tensor, inp: SamplingInputs) -> torch.Tensor:
         n = len(inp)
-        temps = torch.tensor(
-            [p.temperature if p.temperature > 0 else 1.0 for p in inp.params], device=self.device
+        temps = to_device(
+            [p.temperature if p.temperature > 0 else 1.0 for p in inp.params], torch.float32, self.device
         )
         probs = torch.softmax(logits / temps[:, None], dim=-1)
         top_k = [p.top_k for p in inp.params]
@@ -135,7 +136,7 @@ class Sampler:
             probs = _top_k_top_p(probs, top_k, top_p, self.device)
         min_p = [p.min_p for p in inp.params]
         if any(m > 0 for m in min_p):
-            mp = torch.tensor(min_p, device=self.device)[:, None]
+            mp = to_device(min_p, torch.float32, self.device)[:, None]
             probs = probs.masked_fill(probs < mp * probs.max(dim=-1, keepdim=True).values, 0.0)
         noise = torch.empty_like(probs)
         for i, p in enumerate(inp.params):
@@ -146,7 +147,7 @@ class Sampler:
             else:
                 noise[i].exponential_(generator=self._gen)
         sampled = (probs / noise).argmax(dim=-1)
-        greedy = torch.tensor([p.greedy for p in inp.params], device=self.device)
+        greedy = to_device([p.greedy for p in inp.params], torch.bool, self.device)
         return torch.where(greedy, logits.argmax(dim=-1), sampled) if n else sampled
 
     def _ensure_penalty_state(self) -> None:
@@ -157,13 +158,13 @@ class Sampler:
 
     def _apply_penalties(self, logits: torch.Tensor, inp: SamplingInputs, idx: list[int]) -> None:
         assert self._counts is not None and self._seen is not None
-        sel = torch.tensor(idx, device=self.device)
-        rows = torch.tensor([inp.rows[i] for i in idx], device=self.device)
+        sel = to_device(idx, torch.int64, self.device)
+        rows = to_device([inp.rows[i] for i in idx], torch.int64, self.device)
         counts = self._counts[rows].float()
         seen = self._seen[rows]
-        rep = torch.tensor([inp.params[i].repetition_penalty for i in idx], device=self.device)[:, None]
-        freq = torch.tensor([inp.params[i].frequency_penalty for i in idx], device=self.device)[:, None]
-        pres = torch.tensor([inp.params[i].presence_penalty for i in idx], device=self.device)[:, None]
+        rep = to_device([inp.params[i].repetition_penalty for i in idx], torch.float32, self.device)[:, None]
+        freq = to_device([inp.params[i].frequency_penalty for i in idx], torch.float32, self.device)[:, None]
+        pres = to_device([inp.params[i].presence_penalty for i in idx], torch.float32, self.device)[:, None]
         sub = logits[sel]
         # Repetition penalty as in transformers: divide positive, multiply negative logits.
         sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
@@ -176,11 +177,11 @@ def _top_k_top_p(
 ) -> torch.Tensor:
     sorted_p, order = probs.sort(dim=-1, descending=True)
     vocab = probs.shape[-1]
-    k = torch.tensor([t if t > 0 else vocab for t in top_k], device=device)[:, None]
+    k = to_device([t if t > 0 else vocab for t in top_k], torch.int64, device)[:, None]
     ranks = torch.arange(vocab, device=device)[None, :]
     drop = ranks >= k
     cum = sorted_p.cumsum(dim=-1)
     # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-    drop |= (cum - sorted_p) >= torch.tensor(top_p, device=device)[:, None]
+    drop |= (cum - sorted_p) >= to_device(top_p, torch.float32, device)[:, None]
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     return torch.zeros_like(probs).scatter_(-1, order, sorted_p)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from radixserve.model.forward_batch import ForwardBatch
+from radixserve.model.host import to_device
 from radixserve.model.sampler import SamplingInputs
 from radixserve.sched.request import Request
 
@@ -66,13 +67,9 @@ class Batch:
             rows.extend(lp_rows)
         if all(self.sample) and len(rows) == len(self.reqs):
             rows = None
-        non_blocking = device.type == "cuda"
 
         def dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
-            t = torch.as_tensor(np.asarray(a), dtype=dtype)
-            if non_blocking:
-                t = t.pin_memory()
-            return t.to(device, non_blocking=non_blocking)
+            return to_device(a, dtype, device)
 
         return ForwardBatch(
             input_ids=dev(self.input_ids, torch.int64),

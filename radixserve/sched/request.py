@@ -53,7 +53,6 @@ class Request:
     error: str | None = None
     # Sampling state shared with the runner (row in its per-request buffers).
     row: int = -1
-    next_chunk: int = 0  # tokens allocated for the step being built
     penalty_init: bool = False  # the sampler must rebuild this row's penalty state
     logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
     prompt_logprobs: list[Any] = field(default_factory=list)

@@ -221,7 +221,6 @@ class Scheduler:
             req.cached_tokens = min(cached, len(req.prompt_ids))
             self.prompt_tokens_admitted += len(req.prompt_ids)
             self.cached_tokens_admitted += req.cached_tokens
-        req.next_chunk = n
         return True
 
     def _grow(self, req: Request, n: int) -> bool:
@@ -232,7 +231,6 @@ class Scheduler:
         if slots is None:
             return False
         self.table.write(req.row, req.kv_len, slots)
-        req.next_chunk = n
         return True
 
     def _schedule_decode(self, inflight: bool) -> Batch | object | None:
@@ -252,11 +250,10 @@ class Scheduler:
             victim = min(reqs, key=lambda r: (r.num_tokens, -r.arrival))
             reqs.remove(victim)
             self._retract(victim)
-        for req in reqs:
-            slots = self._alloc(1)
-            assert slots is not None
-            self.table.write(req.row, req.kv_len, slots)
-            req.next_chunk = 1
+        slots = self._alloc(len(reqs))
+        assert slots is not None
+        # One slot per request, written into the host table in one scatter.
+        self._slots_np[[r.row for r in reqs], [r.kv_len for r in reqs]] = slots.numpy()
         return self._build([(r, 1) for r in reqs], is_prefill=False)
 
     def _build(self, picked: list[tuple[Request, int]], is_prefill: bool) -> Batch:

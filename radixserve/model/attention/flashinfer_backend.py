@@ -108,7 +108,13 @@ class FlashInferDecodeGraphState:
 
 
 def _host_indptr(lengths: list[int]) -> torch.Tensor:
-    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    # Pinned: FlashInfer copies plan inputs to the device with non_blocking=True,
+    # which from pageable memory would wait for the whole stream (a hidden sync).
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32).pin_memory()
+
+
+def _ones(n: int) -> torch.Tensor:
+    return torch.ones(n, dtype=torch.int32).pin_memory()
 
 
 class FlashInferAttention(AttentionBackend):
@@ -183,7 +189,7 @@ class FlashInferAttention(AttentionBackend):
         slot.wrapper.plan(
             _host_indptr(batch.seq_lens),
             batch.kv_indices,
-            torch.ones(batch.batch_size, dtype=torch.int32),
+            _ones(batch.batch_size),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
@@ -207,7 +213,7 @@ class FlashInferAttention(AttentionBackend):
             _host_indptr(batch.extend_lens),
             _host_indptr(batch.seq_lens),
             batch.kv_indices,
-            torch.ones(batch.batch_size, dtype=torch.int32),
+            _ones(batch.batch_size),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,

@@ -83,12 +83,26 @@ class TritonAttention(AttentionBackend):
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
         if self._is_decode:
             out = tk.decode_attention(
-                qc, k_buf, v_buf, batch.kv_indptr, batch.kv_indices, self.scale,
-                num_splits=self._splits, block_n=self._decode_block_n,
+                qc,
+                k_buf,
+                v_buf,
+                batch.kv_indptr,
+                batch.kv_indices,
+                self.scale,
+                num_splits=self._splits,
+                block_n=self._decode_block_n,
             )
         else:
             out = tk.extend_attention(
-                qc, k_buf, v_buf, batch.qo_indptr, batch.kv_indptr, batch.kv_indices, self.scale,
-                max_extend_len=self._max_extend, block_m=self._block_m, block_n=self._block_n,
+                qc,
+                k_buf,
+                v_buf,
+                batch.qo_indptr,
+                batch.kv_indptr,
+                batch.kv_indices,
+                self.scale,
+                max_extend_len=self._max_extend,
+                block_m=self._block_m,
+                block_n=self._block_n,
             )
         return out if out.dtype == q.dtype else out.to(q.dtype)
