@@ -1,0 +1,439 @@
+"""radixserve on a small CPU: W1-cpu and W2 (scaled down), each a ratio measured in one run.
+
+    python benchmarks/bench_cpu.py [--quick] [--out benchmarks/results/cpu.json]
+
+Model: the embedded smollm2-135m-instruct, float32, CPU, torch's default
+thread count, for every engine. Workloads from ../shared/BENCHMARKS.md via
+common.py (EOS ignored, greedy).
+
+W1-cpu (16 requests, input and output lengths in [16, 128]):
+- radixserve: every request submitted at once through `AsyncEngine`; wall
+  clock from the first submit to the last token; overlap on and lockstep.
+- transformers `generate`, static batches with left padding: requests are
+  sorted by output length (longest first, which wastes least) and cut into
+  batches of B; a batch runs `min_new_tokens = max_new_tokens` = its longest
+  output, and only each request's own output length is counted as produced.
+  Wall clock for the whole set. The best B of the sweep is "HF best".
+- transformers continuous batching (`continuous_batching_context_manager`,
+  the engine under `generate_batch`), each request with its own
+  `max_new_tokens`; if it fails the error is recorded instead.
+
+W2 (scaled down, --w2-* flags): one engine with the radix cache on, one
+with it off; throughput ratio, the hit rate from `stats()` and from
+per-request usage against the best possible, and whether greedy outputs are
+the same with the cache on and off.
+
+Every engine is warmed up with a small request before it is timed; each
+figure is the best of --repeats runs (every run is kept in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import math
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import W2_FULL, Request, W2Shape, print_table, record, w1_requests, w2_requests, write_results  # noqa: E402
+
+from radixserve import AsyncEngine, EngineConfig, SamplingParams  # noqa: E402
+from radixserve.model.embedded import embedded_model_dir  # noqa: E402
+
+T = TypeVar("T")
+MODEL = "smollm2-135m-instruct"
+PAD_ID = 2
+WARMUP: list[Request] = [([1, 2, 3, 4, 5, 6, 7, 8], 4), ([9, 10, 11, 12], 4)]
+
+
+_T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:6.1f} s] {msg}", flush=True)
+
+
+def best(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest run, with every run's seconds kept beside it."""
+    top = dict(min(runs, key=lambda r: r["seconds"]))
+    top["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
+    return top
+
+
+def timed(seconds: float, output_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {"seconds": seconds, "output_tokens": output_tokens, "tok_s": output_tokens / seconds, **extra}
+
+
+# ---- radixserve -----------------------------------------------------------------------------
+
+
+def engine_config(**kw: Any) -> EngineConfig:
+    return EngineConfig(model=MODEL, device="cpu", dtype="float32", **kw)
+
+
+def greedy(out_len: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=out_len, ignore_eos=True)
+
+
+async def submit_all(engine: AsyncEngine, reqs: Sequence[Request]) -> tuple[float, list[Any]]:
+    """Submit every request at once; seconds from the first submit to the last token."""
+    t0 = time.perf_counter()
+    outs = await asyncio.gather(*(engine.complete(ids, greedy(n)) for ids, n in reqs))
+    return time.perf_counter() - t0, list(outs)
+
+
+async def measure(engine: AsyncEngine, reqs: Sequence[Request], repeats: int) -> dict[str, Any]:
+    """Best of `repeats` timed runs, each on an empty radix cache, with hit counts from stats()."""
+    runs, outs = [], []
+    for _ in range(repeats):
+        assert await engine.flush_cache()
+        before = await engine.stats()
+        seconds, outs = await submit_all(engine, reqs)
+        after = await engine.stats()
+        got = [len(o.token_ids) for o in outs]
+        if got != [n for _, n in reqs]:
+            raise RuntimeError(f"radixserve produced {got} tokens, asked {[n for _, n in reqs]}")
+        prompt = after["prompt_tokens"] - before["prompt_tokens"]
+        cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
+        usage_prompt = sum(o.usage.prompt_tokens for o in outs)
+        usage_cached = sum(o.usage.cached_tokens for o in outs)
+        runs.append(
+            timed(
+                seconds,
+                sum(got),
+                hit_rate_stats=cached / prompt if prompt else 0.0,
+                hit_rate_usage=usage_cached / usage_prompt,
+                prompt_tokens=usage_prompt,
+                cached_tokens=usage_cached,
+                retractions=after["retractions"] - before["retractions"],
+            )
+        )
+    await engine.check_integrity()
+    return {**best(runs), "token_ids": [list(o.token_ids) for o in outs]}
+
+
+async def radixserve_runs(
+    jobs: Sequence[tuple[str, dict[str, Any], Sequence[Request]]], repeats: int
+) -> dict[str, dict[str, Any]]:
+    """jobs: (name, EngineConfig overrides, requests); jobs with equal configs share one engine."""
+    results: dict[str, dict[str, Any]] = {}
+    configs: list[dict[str, Any]] = []
+    for _, kw, _ in jobs:
+        if kw not in configs:
+            configs.append(kw)
+    for kw in configs:
+        log(f"radixserve engine {kw}")
+        async with AsyncEngine(engine_config(**kw)) as engine:
+            await submit_all(engine, WARMUP)
+            for name, jkw, reqs in jobs:
+                if jkw == kw:
+                    log(f"radixserve {name}")
+                    results[name] = await measure(engine, reqs, repeats)
+        gc.collect()
+    return results
+
+
+# ---- transformers ---------------------------------------------------------------------------
+
+
+def load_hf() -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
+    return model.eval()
+
+
+def hf_generate(model: Any, reqs: Sequence[Request], batch_size: int) -> dict[str, Any]:
+    """Static batches with left padding, longest outputs first; only requested tokens are counted."""
+    order = sorted(range(len(reqs)), key=lambda i: -reqs[i][1])
+    tokens: list[list[int]] = [[] for _ in reqs]
+    computed = 0
+    t0 = time.perf_counter()
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = max(len(reqs[i][0]) for i in idx)
+        steps = max(reqs[i][1] for i in idx)
+        ids = torch.full((len(idx), width), PAD_ID, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            prompt = reqs[i][0]
+            ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            mask[row, width - len(prompt) :] = 1
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=steps,
+                min_new_tokens=steps,
+                pad_token_id=PAD_ID,
+            )
+        for row, i in enumerate(idx):
+            tokens[i] = out[row, width : width + reqs[i][1]].tolist()
+        computed += steps * len(idx)
+    seconds = time.perf_counter() - t0
+    return timed(seconds, sum(n for _, n in reqs), tokens_computed=computed, token_ids=tokens)
+
+
+def hf_continuous(model: Any, reqs: Sequence[Request]) -> dict[str, Any]:
+    """transformers' continuous batching (paged attention), each request with its own max_new_tokens."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    page = 32
+    blocks = sum(math.ceil((len(ids) + n) / page) for ids, n in [*reqs, *WARMUP]) + len(reqs)
+    cb = ContinuousBatchingConfig(page_size=page, num_blocks=blocks, use_cuda_graph=False)
+    gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=PAD_ID)
+
+    def drain(mgr: Any, rids: list[str]) -> dict[str, list[int]]:
+        done: dict[str, list[int]] = {}
+        while len(done) < len(rids):
+            res = mgr.get_result(timeout=1)
+            if res is None:
+                if not mgr.is_running():
+                    raise RuntimeError("the continuous-batching thread stopped")
+                continue
+            if res.error is not None:
+                raise RuntimeError(f"request {res.request_id}: {res.error}")
+            if res.is_finished():
+                done[res.request_id] = list(res.generated_tokens)
+        return done
+
+    with model.continuous_batching_context_manager(
+        generation_config=gen, continuous_batching_config=cb, block=True, timeout=30, warmup=False
+    ) as mgr:
+        drain(mgr, [mgr.add_request(ids, max_new_tokens=n) for ids, n in WARMUP])
+        t0 = time.perf_counter()
+        rids = [mgr.add_request(ids, request_id=f"w{i}", max_new_tokens=n) for i, (ids, n) in enumerate(reqs)]
+        done = drain(mgr, rids)
+        seconds = time.perf_counter() - t0
+    tokens = [done[r] for r in rids]
+    got = [len(t) for t in tokens]
+    if got != [n for _, n in reqs]:
+        raise RuntimeError(f"generate_batch produced {got} tokens, asked {[n for _, n in reqs]}")
+    return timed(seconds, sum(got), token_ids=tokens)
+
+
+def in_thread(fn: Callable[[], T]) -> T:
+    """Run `fn` on a fresh thread, as radixserve's worker and transformers' CB loop run theirs.
+
+    On this machine torch's 2-thread OpenMP ran small ops up to 10x slower on
+    the main thread than on another thread while other processes loaded the
+    cores; putting every engine's forward passes off the main thread keeps
+    the comparison even.
+    """
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((fn(), None))
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            box.append((None, e))
+
+    th = threading.Thread(target=run, name="bench-peer")
+    th.start()
+    th.join()
+    value, err = box[0]
+    if err is not None:
+        raise err
+    return value
+
+
+def hf_best_of(fn: Callable[[], dict[str, Any]], repeats: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeats):
+        runs.append(in_thread(fn))
+        gc.collect()
+    return best(runs)
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def same_tokens(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> int:
+    return sum(list(x) == list(y) for x, y in zip(a, b))
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "cpu.json"))
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one HF batch size: a smoke run")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per figure (the best is kept)")
+    p.add_argument("--w1-n", type=int, default=16)
+    p.add_argument("--w1-lo", type=int, default=16)
+    p.add_argument("--w1-hi", type=int, default=128)
+    p.add_argument("--hf-batch-sizes", type=int, nargs="+", default=[16, 8, 4])
+    p.add_argument("--w2-prefix", type=int, default=256)
+    p.add_argument("--w2-n", type=int, default=32)
+    p.add_argument("--w2-q", type=int, default=16)
+    p.add_argument("--w2-out", type=int, default=8)
+    p.add_argument("--no-generate-batch", action="store_true", help="skip transformers' continuous batching")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.w1_n, args.w1_lo, args.w1_hi, args.hf_batch_sizes = 4, 8, 16, [4]
+        args.w2_prefix, args.w2_n, args.w2_q, args.w2_out = 32, 4, 4, 2
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    print(f"torch threads: {torch.get_num_threads()}", flush=True)
+    hf = load_hf()
+    vocab = hf.config.vocab_size
+    w1 = w1_requests(args.w1_n, args.w1_lo, args.w1_hi, vocab)
+    shape = W2Shape(args.w2_prefix, args.w2_n, args.w2_q, args.w2_out)
+    w2 = w2_requests(shape.prefix_len, shape.n, shape.q_len, shape.out_len, vocab)
+
+    log("W1-cpu and W2 on radixserve")
+    rs = asyncio.run(
+        radixserve_runs(
+            [
+                ("w1_overlap", {"overlap": True}, w1),
+                ("w2_cache_on", {"overlap": True}, w2),
+                ("w1_lockstep", {"overlap": False}, w1),
+                ("w2_cache_off", {"overlap": True, "enable_radix_cache": False}, w2),
+            ],
+            args.repeats,
+        )
+    )
+
+    log("W1-cpu on transformers")
+    hf_warm = in_thread(lambda: hf_generate(hf, WARMUP, len(WARMUP)))["seconds"]
+    log(f"HF warm-up {hf_warm:.2f} s")
+    peers: dict[str, dict[str, Any]] = {}
+    for bs in args.hf_batch_sizes:
+        log(f"HF generate, batch {bs}")
+        peers[f"hf_generate_b{bs}"] = hf_best_of(lambda bs=bs: hf_generate(hf, w1, bs), args.repeats)
+    cb_error = None
+    if not args.no_generate_batch:
+        log("HF continuous batching")
+        try:
+            peers["hf_continuous_batching"] = hf_best_of(lambda: hf_continuous(hf, w1), args.repeats)
+        except Exception as e:  # noqa: BLE001 - recorded in the results
+            cb_error = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+    return report(args, rs, peers, cb_error, shape)
+
+
+def report(
+    args: argparse.Namespace,
+    rs: dict[str, dict[str, Any]],
+    peers: dict[str, dict[str, Any]],
+    cb_error: str | None,
+    shape: W2Shape,
+) -> dict[str, Any]:
+    ov, ls, on, off = rs["w1_overlap"], rs["w1_lockstep"], rs["w2_cache_on"], rs["w2_cache_off"]
+    gen = {k: v for k, v in peers.items() if k.startswith("hf_generate_b")}
+    best_gen = min(gen, key=lambda k: gen[k]["seconds"])
+    ref = gen.get("hf_generate_b16", gen[best_gen])["token_ids"]
+    w1_fig: dict[str, Any] = {
+        "requests": args.w1_n,
+        "lengths": [args.w1_lo, args.w1_hi],
+        "output_tokens": ov["output_tokens"],
+        "radixserve_overlap": strip(ov),
+        "radixserve_lockstep": strip(ls),
+        **{k: strip(v) for k, v in peers.items()},
+        "hf_generate_best": best_gen,
+        "ratio_radixserve_vs_hf_generate_best": ov["tok_s"] / gen[best_gen]["tok_s"],
+        "ratio_overlap_vs_lockstep": ov["tok_s"] / ls["tok_s"],
+        "overlap_lockstep_same_tokens": ov["token_ids"] == ls["token_ids"],
+        "requests_same_tokens_as_hf_generate": same_tokens(ov["token_ids"], ref),
+    }
+    if "hf_generate_b16" in gen:
+        w1_fig["ratio_radixserve_vs_hf_generate_b16"] = ov["tok_s"] / gen["hf_generate_b16"]["tok_s"]
+    if "hf_continuous_batching" in peers:
+        cb = peers["hf_continuous_batching"]
+        w1_fig["ratio_radixserve_vs_hf_continuous_batching"] = ov["tok_s"] / cb["tok_s"]
+        w1_fig["requests_same_tokens_hf_continuous_batching"] = same_tokens(ov["token_ids"], cb["token_ids"])
+    else:
+        w1_fig["hf_continuous_batching_error"] = cb_error or "skipped (--no-generate-batch)"
+    w2_fig: dict[str, Any] = {
+        "shape": vars(shape),
+        "scale_vs_w2": {
+            "prefix": shape.prefix_len / W2_FULL.prefix_len,
+            "requests": shape.n / W2_FULL.n,
+            "question": shape.q_len / W2_FULL.q_len,
+            "output": shape.out_len / W2_FULL.out_len,
+        },
+        "cache_on": strip(on),
+        "cache_off": strip(off),
+        "ratio_cache_on_vs_off": on["tok_s"] / off["tok_s"],
+        "hit_rate_stats": on["hit_rate_stats"],
+        "hit_rate_usage": on["hit_rate_usage"],
+        "hit_rate_best": shape.best_hit_rate(),
+        "hit_rate_vs_best": on["hit_rate_stats"] / shape.best_hit_rate(),
+        "outputs_identical_cache_on_off": on["token_ids"] == off["token_ids"],
+    }
+    threads = torch.get_num_threads()
+    results = [
+        record("W1-cpu", MODEL, "float32", "cpu", w1_fig, torch_threads=threads),
+        record("W2-cpu", MODEL, "float32", "cpu", w2_fig, torch_threads=threads),
+    ]
+    path = write_results(args.out, results, quick=args.quick, repeats=args.repeats)
+    print_summary(w1_fig, w2_fig, peers, cb_error)
+    log(f"wrote {path}")
+    return {"results": results, "path": str(path)}
+
+
+def strip(fig: dict[str, Any]) -> dict[str, Any]:
+    """A run's figures without its token ids (kept out of the JSON)."""
+    return {k: v for k, v in fig.items() if k != "token_ids"}
+
+
+def print_summary(
+    w1: dict[str, Any], w2: dict[str, Any], peers: dict[str, dict[str, Any]], cb_error: str | None
+) -> None:
+    ov = w1["radixserve_overlap"]
+    rows: list[list[Any]] = [
+        ["W1-cpu", "radixserve overlap", ov["seconds"], ov["tok_s"], 1.0],
+        ["W1-cpu", "radixserve lockstep", w1["radixserve_lockstep"]["seconds"],
+         w1["radixserve_lockstep"]["tok_s"], 1 / w1["ratio_overlap_vs_lockstep"]],
+    ]  # fmt: skip
+    for name, fig in peers.items():
+        label = name.replace("hf_generate_b", "HF generate, batch ").replace(
+            "hf_continuous_batching", "HF continuous batching"
+        )
+        rows.append(["W1-cpu", label, fig["seconds"], fig["tok_s"], fig["tok_s"] / ov["tok_s"]])
+    if cb_error:
+        rows.append(["W1-cpu", "HF continuous batching", None, None, f"failed: {cb_error[:60]}"])
+    on, off = w2["cache_on"], w2["cache_off"]
+    rows += [
+        ["W2-cpu", "radixserve cache on", on["seconds"], on["tok_s"], 1.0],
+        ["W2-cpu", "radixserve cache off", off["seconds"], off["tok_s"], 1 / w2["ratio_cache_on_vs_off"]],
+    ]
+    print()
+    print_table(["workload", "engine", "seconds", "output tok/s", "x first row of workload"], rows)
+    print()
+    ratios = [
+        ["W1 radixserve / HF generate best", f"{w1['ratio_radixserve_vs_hf_generate_best']:.2f}x"
+         f" ({w1['hf_generate_best']})"],
+        ["W1 radixserve / HF continuous batching",
+         f"{w1['ratio_radixserve_vs_hf_continuous_batching']:.2f}x"
+         if "ratio_radixserve_vs_hf_continuous_batching" in w1 else "n/a"],
+        ["W1 overlap / lockstep", f"{w1['ratio_overlap_vs_lockstep']:.2f}x"],
+        ["W1 overlap and lockstep same tokens", w1["overlap_lockstep_same_tokens"]],
+        ["W1 requests with HF generate's tokens",
+         f"{w1['requests_same_tokens_as_hf_generate']}/{w1['requests']}"],
+        ["W2 cache on / off", f"{w2['ratio_cache_on_vs_off']:.2f}x"],
+        ["W2 hit rate (stats / usage / best)",
+         f"{w2['hit_rate_stats']:.4f} / {w2['hit_rate_usage']:.4f} / {w2['hit_rate_best']:.4f}"],
+        ["W2 outputs identical cache on/off", w2["outputs_identical_cache_on_off"]],
+    ]  # fmt: skip
+    if "ratio_radixserve_vs_hf_generate_b16" in w1:
+        ratios.insert(1, ["W1 radixserve / HF generate batch 16",
+                          f"{w1['ratio_radixserve_vs_hf_generate_b16']:.2f}x"])  # fmt: skip
+    print_table(["ratio (one run)", "value"], ratios)
+
+
+if __name__ == "__main__":
+    main()
