@@ -150,8 +150,6 @@ def correctness(model: str, backends: list[str], n_prompts: int, n_tokens: int) 
         record("correctness", name, setting, "top1_agreement_vs_fp32", agreement(seqs, fp32[backend])[0])
         floor = agreement(bf16[backend], fp32[backend])[0]
         record("correctness", name, setting, "transformers_bf16_vs_fp32", floor)
-    del hf
-    free_gpu()
 
 
 def tiny_checkpoint(folder: Path) -> str:
