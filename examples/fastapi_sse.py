@@ -43,7 +43,7 @@ class GenerateBody(BaseModel):
                 temperature=self.temperature,
                 top_p=self.top_p,
                 seed=self.seed,
-                stop=self.stop,
+                stop=tuple(self.stop),
             )
         except ValueError as e:  # validated here, in the handler: a 400, not a broken stream
             raise HTTPException(400, str(e)) from e

@@ -166,7 +166,7 @@ def _with_system(system: str | None, messages: list[dict[str, str]]) -> list[dic
 async def _stream(engine: AsyncEngine, prompt: Prompt, params: SamplingParams) -> RequestOutput:
     """Write each delta to stdout as it arrives; leaving early (Ctrl-C) aborts the request."""
     final: RequestOutput | None = None
-    async with contextlib.aclosing(engine.generate(prompt, params)) as stream:
+    async with contextlib.aclosing(engine.generate(prompt, params)) as stream:  # type: ignore[type-var]
         async for out in stream:
             sys.stdout.write(out.delta_text)
             sys.stdout.flush()

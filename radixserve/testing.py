@@ -1,9 +1,9 @@
 """pytest plugin: one shared, greedy radixserve engine per model for agent tests.
 
 Installed with radixserve (entry point `pytest11`), or load it by hand with
-`pytest -p radixserve.testing`. It costs nothing until a test asks for an
-engine: radixserve (and torch) are imported, and the model loaded, on first
-use; every engine is closed when the session ends.
+`pytest -p radixserve.testing`. Sessions that do not ask for an engine load
+no model: the engine modules are imported and the model loaded on first use
+of a fixture, and every engine is closed when the session ends.
 
 Fixtures
 - `radixserve_engine`: a blocking `radixserve.Engine`, loaded once per model
@@ -31,6 +31,7 @@ Configuration (ini options; a marker overrides them for one test or module)
 
 Example (examples/test_example_agent.py has a longer one)::
 
+    import asyncio
     import dataclasses
 
     def test_agent_answers(radixserve_engine, radixserve_params):
