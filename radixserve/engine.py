@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
@@ -90,6 +92,8 @@ class AsyncEngine:
         table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1)
         self.scheduler = Scheduler(cfg.scheduler_config(), allocator, cache, table, loaded.tokenizer)
         runner = ModelRunner(loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
         if cfg.cuda_graph and device.type == "cuda":
             max_kv = min(cfg.max_running_requests * (self.context_length + 1), 1 << 26)
             runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
@@ -104,8 +108,6 @@ class AsyncEngine:
         if cfg.kv_cache_bytes is not None:
             return max(1, cfg.kv_cache_bytes // bytes_per_slot)
         if device.type == "cuda":
-            import torch
-
             free, _ = torch.cuda.mem_get_info(device)
             # Room for activations, logits and graphs stays outside the fraction.
             slots = int(free * cfg.mem_fraction) // bytes_per_slot - 1

@@ -37,8 +37,12 @@ class KVPool:
         self.config = config
         self.num_slots = num_slots
         shape = (num_slots, config.num_kv_heads, config.head_dim)
-        self.k = [torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
-        self.v = [torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
+        self.k = [
+            torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)
+        ]
+        self.v = [
+            torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)
+        ]
 
     @classmethod
     def from_budget(cls, config: KVPoolConfig, num_bytes: int) -> KVPool:

@@ -74,6 +74,8 @@ class DecodeGraphs:
     @torch.inference_mode()
     def capture(self, stream: torch.cuda.Stream) -> None:
         pool = torch.cuda.graph_pool_handle()
+        # Weights, KV pool and static buffers were filled on another stream.
+        stream.wait_stream(torch.cuda.current_stream(self.device))
         for bs in sorted(self.sizes, reverse=True):  # largest first: it sizes the shared page table
             state = self.attn.make_cuda_graph_decode_state(bs, self.max_kv_tokens)
             batch = self._static_batch(bs)

@@ -309,18 +309,20 @@ class Scheduler:
             req.pending += int(s)
             if s:
                 req.penalty_init = False
-        if self.cache is not None:
+        if self.cache is not None and is_prefill:
+            # Prompt KV goes into the tree as soon as it is scheduled (stream order
+            # makes later readers see it computed), so requests sharing the prefix
+            # hit it while this one is still decoding.
             for req, _ in picked:
-                if not req.prefill_done:
-                    self._cache_chunk(req)
+                self._cache_chunk(req)
         return batch
 
     # ---- KV hand-over to the tree --------------------------------------------------------
 
     def _cache_chunk(self, req: Request) -> None:
-        """Put a chunk-prefilled prefix into the tree and hold it locked instead."""
+        """Put a prefilled prefix (a chunk or the whole prompt) into the tree and hold it locked."""
         assert self.cache is not None
-        key = req.all_ids[: req.kv_len]
+        key = req.known_ids(0, min(req.kv_len, req.num_known))
         slots = torch.from_numpy(self._slots_np[req.row, : req.kv_len].astype(np.int64))
         cached = self.cache.insert(key, slots, req.extra_key)
         if cached > req.own_from:

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from radixserve.model.runner import ModelRunner, StepHandle
 from radixserve.outputs import RequestOutput
 from radixserve.sched.batch import Batch
@@ -73,6 +75,10 @@ class Worker:
 
     def _run(self) -> None:
         last: tuple[Batch, StepHandle] | None = None
+        if self.runner.stream is not None:
+            # Every tensor this thread makes (batch inputs, sampler state) lives on
+            # the runner's stream, so uses and frees are ordered with its kernels.
+            torch.cuda.set_stream(self.runner.stream)
         try:
             while not self._stop:
                 self._drain_inbox()

@@ -225,9 +225,13 @@ def test_abort_while_waiting_and_running_frees_everything() -> None:
     assert alloc.num_free == 100
 
 
-def test_live_slots_are_owned_by_running_requests() -> None:
+def test_prompt_goes_to_the_tree_at_prefill_and_decode_slots_stay_live() -> None:
     sched, _ = make(100)
     sched.add(req("a", [1, 2, 3, 4], 5))
-    sched.schedule()
-    live = torch.cat(sched.live_slots()).tolist()
-    assert live == [0, 1, 2, 3]
+    batch = sched.schedule()
+    # The prompt's KV is in the tree (locked) as soon as it is scheduled.
+    assert sched.cache.protected_size == 4 and sched.live_slots()[0].tolist() == []
+    model, pending = fake(sched)
+    sched.process(batch, model.step(batch, pending))
+    sched.schedule()  # a decode step: one slot owned by the request alone
+    assert torch.cat(sched.live_slots()).tolist() == [4]

@@ -28,7 +28,7 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.scale = scale
 
-    def plan(self, batch: ForwardBatch) -> None:
+    def plan(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook, not abstract
         """Prepare per-step state shared by all layers. Default: nothing."""
 
     @abstractmethod
