@@ -385,7 +385,11 @@ def w4(model: str, n: int, rate: float, quick: bool) -> None:
         for _ in reqs:
             t += rng.expovariate(rate)
             delays.append(t)
-        loop.run_until_complete(asyncio.gather(*(one(i, o, d, engine) for (i, o), d in zip(reqs, delays))))
+
+        async def all_requests() -> None:
+            await asyncio.gather(*(one(i, o, d, engine) for (i, o), d in zip(reqs, delays)))
+
+        loop.run_until_complete(all_requests())
     q = statistics.quantiles
     for name, xs in (("ttft", ttft), ("tbt", tbt)):
         record("W4", model, f"rate={rate:.1f}/s", f"{name}_p50_ms", 1000 * statistics.median(xs))

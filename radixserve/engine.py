@@ -185,6 +185,8 @@ class AsyncEngine:
         """
         params = params or SamplingParams()
         reqs = self._make_requests(prompt, params, kw.get("request_id"), kw.get("extra_key"))
+        for r in reqs:
+            r.stream = False
         assert self._loop is not None
         collector = _Collector(len(reqs), self._loop.create_future())
         rid = self._submit(reqs, collector)

@@ -54,6 +54,13 @@ class Batch:
             off += e
         return pos, rows
 
+    def _positions(self) -> np.ndarray:
+        if not self.is_prefill:  # one token per request, at its prefix length
+            return np.asarray(self.prefix_lens, dtype=np.int64)
+        return np.concatenate(
+            [np.arange(p, p + e, dtype=np.int64) for p, e in zip(self.prefix_lens, self.extend_lens)]
+        )
+
     def to_forward(self, device: torch.device) -> ForwardBatch:
         qo = np.zeros(len(self.reqs) + 1, dtype=np.int32)
         np.cumsum(self.extend_lens, out=qo[1:])
@@ -73,12 +80,7 @@ class Batch:
 
         return ForwardBatch(
             input_ids=dev(self.input_ids, torch.int64),
-            positions=dev(
-                np.concatenate(
-                    [np.arange(p, p + e, dtype=np.int64) for p, e in zip(self.prefix_lens, self.extend_lens)]
-                ),
-                torch.int64,
-            ),
+            positions=dev(self._positions(), torch.int64),
             out_slots=dev(self.out_slots, torch.int64),
             qo_indptr=dev(qo, torch.int32),
             kv_indptr=dev(kv, torch.int32),

@@ -36,6 +36,7 @@ class Request:
     max_context: int
     extra_key: str | None = None
     arrival: int = 0  # monotonically increasing submit order (FCFS tie-break)
+    stream: bool = True  # False: the caller wants only the final output (complete())
 
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)

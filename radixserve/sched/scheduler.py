@@ -130,9 +130,12 @@ class Scheduler:
         for req, match in self._ordered_waiting():
             if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
                 break
-            if self._shares_with_picked(req, match.length if match else 0, picked):
+            if match is None and self.cache is not None:
+                match = self._match(req)  # FCFS over a long queue: match only who we reach
+            matched = match.length if match else 0
+            if self._shares_with_picked(req, matched, picked):
                 continue
-            n = min(req.num_known - (match.length if match else 0), budget)
+            n = min(req.num_known - matched, budget)
             if not self._admit(req, match, n):
                 break
             new_reqs.append(req)
@@ -143,7 +146,7 @@ class Scheduler:
             self.running.append(req)
         if not picked:
             return None
-        return self._build(picked, is_prefill=True)
+        return self._build_prefill(picked)
 
     def _ordered_waiting(self) -> list[tuple[Request, Any]]:
         if self.cache is None:
@@ -190,10 +193,7 @@ class Scheduler:
         return self.cache.alloc(n) if self.cache else self.allocator.alloc(n)
 
     def _admit(self, req: Request, match: Any, n: int) -> bool:
-        """Lock the request's cached prefix and allocate its first chunk."""
-        if self.cache is not None and match is None:
-            match = self._match(req)
-            n = min(req.num_known - match.length, n)
+        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens."""
         cached = match.length if match else 0
         if self.cache is not None:
             self.cache.lock(match.last_node)  # before allocating: allocation may evict
@@ -252,11 +252,50 @@ class Scheduler:
             self._retract(victim)
         slots = self._alloc(len(reqs))
         assert slots is not None
-        # One slot per request, written into the host table in one scatter.
-        self._slots_np[[r.row for r in reqs], [r.kv_len for r in reqs]] = slots.numpy()
-        return self._build([(r, 1) for r in reqs], is_prefill=False)
+        return self._build_decode(reqs, slots.numpy())
 
-    def _build(self, picked: list[tuple[Request, int]], is_prefill: bool) -> Batch:
+    def _build_decode(self, reqs: list[Request], slots: np.ndarray) -> Batch:
+        """One token per request: the hot case, built without per-token work."""
+        kv = [r.kv_len for r in reqs]
+        # One slot per request, written into the host table in one scatter.
+        self._slots_np[[r.row for r in reqs], kv] = slots
+        # The input is the last known token, or -1 when it is still being sampled.
+        input_ids = [
+            (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
+            for r, k in zip(reqs, kv)
+        ]
+        batch = Batch(
+            reqs=reqs,
+            extend_lens=[1] * len(reqs),
+            prefix_lens=kv,
+            input_ids=input_ids,
+            out_slots=slots.astype(np.int64),
+            kv_indices=np.concatenate([self._slots_np[r.row, : k + 1] for r, k in zip(reqs, kv)]),
+            sample=[True] * len(reqs),
+            sampling=self._sampling_inputs(reqs),
+            is_prefill=False,
+        )
+        self._advance([(r, 1) for r in reqs], batch.sample)
+        return batch
+
+    def _sampling_inputs(self, reqs: list[Request]) -> SamplingInputs:
+        return SamplingInputs.from_requests(
+            rows=[r.row for r in reqs],
+            params=[r.params for r in reqs],
+            num_outputs=[len(r.output_ids) + r.pending for r in reqs],
+            eos_ids=[r.eos_ids for r in reqs],
+            penalty_init=[(r.row, r.all_ids) for r in reqs if r.penalty_init],
+        )
+
+    def _advance(self, picked: list[tuple[Request, int]], sample: list[bool]) -> None:
+        """The batch is built: its tokens now count as computed (or in flight)."""
+        for (req, n), s in zip(picked, sample):
+            req.kv_len += n
+            req.pending += int(s)
+            if s:
+                req.penalty_init = False
+
+    def _build_prefill(self, picked: list[tuple[Request, int]]) -> Batch:
         input_ids: list[int] = []
         lp_rows: list[list[int]] = []
         lp_targets: list[int] = []
@@ -283,14 +322,6 @@ class Scheduler:
             sample.append(
                 start + n >= req.num_tokens and req.params.max_tokens > 0 and req.remaining_tokens > 0
             )
-        sampling_reqs = [r for (r, _), s in zip(picked, sample) if s]
-        sampling = SamplingInputs.from_requests(
-            rows=[r.row for r in sampling_reqs],
-            params=[r.params for r in sampling_reqs],
-            num_outputs=[len(r.output_ids) + r.pending for r in sampling_reqs],
-            eos_ids=[r.eos_ids for r in sampling_reqs],
-            penalty_init=[(r.row, r.all_ids) for r in sampling_reqs if r.penalty_init],
-        )
         batch = Batch(
             reqs=[r for r, _ in picked],
             extend_lens=extend_lens,
@@ -299,17 +330,13 @@ class Scheduler:
             out_slots=np.concatenate(out).astype(np.int64),
             kv_indices=np.concatenate(ctx),
             sample=sample,
-            sampling=sampling,
+            sampling=self._sampling_inputs([r for (r, _), s in zip(picked, sample) if s]),
             prompt_lp_rows=lp_rows,
             prompt_lp_targets=lp_targets,
-            is_prefill=is_prefill,
+            is_prefill=True,
         )
-        for (req, n), s in zip(picked, sample):
-            req.kv_len += n
-            req.pending += int(s)
-            if s:
-                req.penalty_init = False
-        if self.cache is not None and is_prefill:
+        self._advance(picked, sample)
+        if self.cache is not None:
             # Prompt KV goes into the tree as soon as it is scheduled (stream order
             # makes later readers see it computed), so requests sharing the prefix
             # hit it while this one is still decoding.
@@ -403,10 +430,12 @@ class Scheduler:
                 continue  # aborted or stopped while this step was in flight
             req.pending -= 1
             req.output_ids.append(tok)
-            outputs.append(self._on_token(req, tok, lp))
+            out = self._on_token(req, tok, lp)
+            if out is not None:
+                outputs.append(out)
         return outputs
 
-    def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput:
+    def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
         p = req.params
         detok = self._detok[id(req)]
         detok.add([tok])
@@ -421,6 +450,10 @@ class Scheduler:
             reason = "length"
         if reason is not None:
             self._finish(req, reason, stop_reason)
+        elif not req.stream:
+            if lp is not None:
+                req.logprobs.append(lp)
+            return None  # complete(): nobody reads the steps in between
         return self._output(req, [tok], lp, final=reason is not None)
 
     def _output(self, req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:

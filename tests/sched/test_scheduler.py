@@ -235,3 +235,19 @@ def test_prompt_goes_to_the_tree_at_prefill_and_decode_slots_stay_live() -> None
     sched.process(batch, model.step(batch, pending))
     sched.schedule()  # a decode step: one slot owned by the request alone
     assert torch.cat(sched.live_slots()).tolist() == [4]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_long_queue_fcfs_still_shares_the_prefix(overlap: bool) -> None:
+    # More waiting requests than lpm_max_queue: FCFS, matched only when reached.
+    rng = random.Random(5)
+    prefix = [rng.randrange(1, VOCAB) for _ in range(48)]
+    prompts = [prefix + [rng.randrange(1, VOCAB) for _ in range(4)] for _ in range(12)]
+    sched, alloc = make(5000, lpm_max_queue=2, defer_shared_min=8, chunked_prefill_size=64)
+    reqs = [req(str(i), p, 3, arrival=i) for i, p in enumerate(prompts)]
+    outs = drive(sched, overlap, {0: reqs})
+    for i, r in enumerate(reqs):
+        assert outs[r.rid] == expected(prompts[i], 3)
+    hits = sorted(r.cached_tokens for r in reqs)
+    assert hits[0] == 0 and all(h >= 48 for h in hits[1:])
+    assert alloc.num_free + sched.cache.total_size == 5000
