@@ -23,8 +23,14 @@ with it off; throughput ratio, the hit rate from `stats()` and from
 per-request usage against the best possible, and whether greedy outputs are
 the same with the cache on and off.
 
-Every engine is warmed up with a small request before it is timed; each
-figure is the best of --repeats runs (every run is kept in the JSON).
+Every engine is warmed up with a small request before it is timed. Figures
+are measured in interleaved rounds (every figure once per round, all engines
+up at once), and each is the best of --repeats rounds (every run's seconds
+are kept in the JSON), so that a load spike from other users of the machine
+hits every engine alike. transformers runs on a worker thread, as the
+engines' loops do: torch's 2-thread OpenMP ran small ops several times
+slower on the main thread than on another thread while the cores were
+shared.
 """
 
 from __future__ import annotations
@@ -34,23 +40,31 @@ import asyncio
 import gc
 import math
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import W2_FULL, Request, W2Shape, print_table, record, w1_requests, w2_requests, write_results  # noqa: E402
+from common import (  # noqa: E402
+    W2_FULL,
+    Request,
+    W2Shape,
+    load_average,
+    print_table,
+    record,
+    w1_requests,
+    w2_requests,
+    write_results,
+)
 
 from radixserve import AsyncEngine, EngineConfig, SamplingParams  # noqa: E402
 from radixserve.model.embedded import embedded_model_dir  # noqa: E402
 
-T = TypeVar("T")
 MODEL = "smollm2-135m-instruct"
 PAD_ID = 2
 WARMUP: list[Request] = [([1, 2, 3, 4, 5, 6, 7, 8], 4), ([9, 10, 11, 12], 4)]
@@ -92,55 +106,30 @@ async def submit_all(engine: AsyncEngine, reqs: Sequence[Request]) -> tuple[floa
     return time.perf_counter() - t0, list(outs)
 
 
-async def measure(engine: AsyncEngine, reqs: Sequence[Request], repeats: int) -> dict[str, Any]:
-    """Best of `repeats` timed runs, each on an empty radix cache, with hit counts from stats()."""
-    runs, outs = [], []
-    for _ in range(repeats):
-        assert await engine.flush_cache()
-        before = await engine.stats()
-        seconds, outs = await submit_all(engine, reqs)
-        after = await engine.stats()
-        got = [len(o.token_ids) for o in outs]
-        if got != [n for _, n in reqs]:
-            raise RuntimeError(f"radixserve produced {got} tokens, asked {[n for _, n in reqs]}")
-        prompt = after["prompt_tokens"] - before["prompt_tokens"]
-        cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
-        usage_prompt = sum(o.usage.prompt_tokens for o in outs)
-        usage_cached = sum(o.usage.cached_tokens for o in outs)
-        runs.append(
-            timed(
-                seconds,
-                sum(got),
-                hit_rate_stats=cached / prompt if prompt else 0.0,
-                hit_rate_usage=usage_cached / usage_prompt,
-                prompt_tokens=usage_prompt,
-                cached_tokens=usage_cached,
-                retractions=after["retractions"] - before["retractions"],
-            )
-        )
+async def measure(engine: AsyncEngine, reqs: Sequence[Request]) -> dict[str, Any]:
+    """One timed run on an empty radix cache, with hit counts from stats() and from usage."""
+    assert await engine.flush_cache()
+    before = await engine.stats()
+    seconds, outs = await submit_all(engine, reqs)
+    after = await engine.stats()
+    got = [len(o.token_ids) for o in outs]
+    if got != [n for _, n in reqs]:
+        raise RuntimeError(f"radixserve produced {got} tokens, asked {[n for _, n in reqs]}")
+    prompt = after["prompt_tokens"] - before["prompt_tokens"]
+    cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
+    usage_prompt = sum(o.usage.prompt_tokens for o in outs)
+    usage_cached = sum(o.usage.cached_tokens for o in outs)
     await engine.check_integrity()
-    return {**best(runs), "token_ids": [list(o.token_ids) for o in outs]}
-
-
-async def radixserve_runs(
-    jobs: Sequence[tuple[str, dict[str, Any], Sequence[Request]]], repeats: int
-) -> dict[str, dict[str, Any]]:
-    """jobs: (name, EngineConfig overrides, requests); jobs with equal configs share one engine."""
-    results: dict[str, dict[str, Any]] = {}
-    configs: list[dict[str, Any]] = []
-    for _, kw, _ in jobs:
-        if kw not in configs:
-            configs.append(kw)
-    for kw in configs:
-        log(f"radixserve engine {kw}")
-        async with AsyncEngine(engine_config(**kw)) as engine:
-            await submit_all(engine, WARMUP)
-            for name, jkw, reqs in jobs:
-                if jkw == kw:
-                    log(f"radixserve {name}")
-                    results[name] = await measure(engine, reqs, repeats)
-        gc.collect()
-    return results
+    return timed(
+        seconds,
+        sum(got),
+        hit_rate_stats=cached / prompt if prompt else 0.0,
+        hit_rate_usage=usage_cached / usage_prompt,
+        prompt_tokens=usage_prompt,
+        cached_tokens=usage_cached,
+        retractions=after["retractions"] - before["retractions"],
+        token_ids=[list(o.token_ids) for o in outs],
+    )
 
 
 # ---- transformers ---------------------------------------------------------------------------
@@ -224,39 +213,6 @@ def hf_continuous(model: Any, reqs: Sequence[Request]) -> dict[str, Any]:
     return timed(seconds, sum(got), token_ids=tokens)
 
 
-def in_thread(fn: Callable[[], T]) -> T:
-    """Run `fn` on a fresh thread, as radixserve's worker and transformers' CB loop run theirs.
-
-    On this machine torch's 2-thread OpenMP ran small ops up to 10x slower on
-    the main thread than on another thread while other processes loaded the
-    cores; putting every engine's forward passes off the main thread keeps
-    the comparison even.
-    """
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append((fn(), None))
-        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
-            box.append((None, e))
-
-    th = threading.Thread(target=run, name="bench-peer")
-    th.start()
-    th.join()
-    value, err = box[0]
-    if err is not None:
-        raise err
-    return value
-
-
-def hf_best_of(fn: Callable[[], dict[str, Any]], repeats: int) -> dict[str, Any]:
-    runs = []
-    for _ in range(repeats):
-        runs.append(in_thread(fn))
-        gc.collect()
-    return best(runs)
-
-
 # ---- the run --------------------------------------------------------------------------------
 
 
@@ -268,7 +224,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "cpu.json"))
     p.add_argument("--quick", action="store_true", help="tiny sizes, one HF batch size: a smoke run")
-    p.add_argument("--repeats", type=int, default=1, help="timed runs per figure (the best is kept)")
+    p.add_argument("--repeats", type=int, default=2, help="rounds of every figure (the best run is kept)")
+    p.add_argument("--kv-tokens", type=int, default=16384, help="KV pool of each radixserve engine")
     p.add_argument("--w1-n", type=int, default=16)
     p.add_argument("--w1-lo", type=int, default=16)
     p.add_argument("--w1-hi", type=int, default=128)
@@ -277,51 +234,86 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--w2-n", type=int, default=32)
     p.add_argument("--w2-q", type=int, default=16)
     p.add_argument("--w2-out", type=int, default=8)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     p.add_argument("--no-generate-batch", action="store_true", help="skip transformers' continuous batching")
     args = p.parse_args(argv)
     if args.quick:
         args.w1_n, args.w1_lo, args.w1_hi, args.hf_batch_sizes = 4, 8, 16, [4]
         args.w2_prefix, args.w2_n, args.w2_q, args.w2_out = 32, 4, 4, 2
+        args.repeats = 1
     return args
+
+
+Job = tuple[str, Callable[[], Awaitable[dict[str, Any]]]]
+
+
+async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: list[Request]) -> Any:
+    """Every figure once per round, interleaved, for --repeats rounds; the best run of each is kept.
+
+    All engines stay up (idle workers sleep), so a load spike from other users
+    of the machine hits every engine alike. transformers runs on a thread of
+    `asyncio.to_thread`, off the main thread like the engines' own loops.
+    """
+    configs = {
+        "default": {},
+        "lockstep": {"overlap": False},
+        "no_cache": {"enable_radix_cache": False},
+    }
+    engines: dict[str, AsyncEngine] = {}
+    try:
+        for name, kw in configs.items():
+            log(f"radixserve engine {name} {kw}")
+            engines[name] = await AsyncEngine(engine_config(kv_cache_tokens=args.kv_tokens, **kw)).start()
+            await submit_all(engines[name], WARMUP)
+        await asyncio.to_thread(hf_generate, hf, WARMUP, len(WARMUP))
+        jobs: list[Job] = [
+            ("w1_overlap", lambda: measure(engines["default"], w1)),
+            *(
+                (f"hf_generate_b{bs}", lambda bs=bs: asyncio.to_thread(hf_generate, hf, w1, bs))
+                for bs in args.hf_batch_sizes
+            ),
+            ("w1_lockstep", lambda: measure(engines["lockstep"], w1)),
+            ("w2_cache_on", lambda: measure(engines["default"], w2)),
+            ("w2_cache_off", lambda: measure(engines["no_cache"], w2)),
+        ]
+        if not args.no_generate_batch:
+            jobs.append(("hf_continuous_batching", lambda: asyncio.to_thread(hf_continuous, hf, w1)))
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in jobs}
+        errors: dict[str, str] = {}
+        for r in range(args.repeats):
+            for name, job in jobs:
+                if name in errors:
+                    continue
+                log(f"round {r + 1}/{args.repeats}: {name}")
+                try:
+                    runs[name].append(await job())
+                except Exception as e:  # noqa: BLE001 - a peer that fails is recorded, not fatal
+                    if not name.startswith("hf_continuous"):
+                        raise
+                    errors[name] = f"{type(e).__name__}: {e}"
+                    traceback.print_exc()
+                gc.collect()
+        return {name: best(rs) for name, rs in runs.items() if rs}, errors.get("hf_continuous_batching")
+    finally:
+        for engine in engines.values():
+            await engine.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
-    print(f"torch threads: {torch.get_num_threads()}", flush=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    log(f"torch threads: {torch.get_num_threads()}, load average {load_average()}")
     hf = load_hf()
     vocab = hf.config.vocab_size
     w1 = w1_requests(args.w1_n, args.w1_lo, args.w1_hi, vocab)
     shape = W2Shape(args.w2_prefix, args.w2_n, args.w2_q, args.w2_out)
     w2 = w2_requests(shape.prefix_len, shape.n, shape.q_len, shape.out_len, vocab)
-
-    log("W1-cpu and W2 on radixserve")
-    rs = asyncio.run(
-        radixserve_runs(
-            [
-                ("w1_overlap", {"overlap": True}, w1),
-                ("w2_cache_on", {"overlap": True}, w2),
-                ("w1_lockstep", {"overlap": False}, w1),
-                ("w2_cache_off", {"overlap": True, "enable_radix_cache": False}, w2),
-            ],
-            args.repeats,
-        )
-    )
-
-    log("W1-cpu on transformers")
-    hf_warm = in_thread(lambda: hf_generate(hf, WARMUP, len(WARMUP)))["seconds"]
-    log(f"HF warm-up {hf_warm:.2f} s")
-    peers: dict[str, dict[str, Any]] = {}
-    for bs in args.hf_batch_sizes:
-        log(f"HF generate, batch {bs}")
-        peers[f"hf_generate_b{bs}"] = hf_best_of(lambda bs=bs: hf_generate(hf, w1, bs), args.repeats)
-    cb_error = None
-    if not args.no_generate_batch:
-        log("HF continuous batching")
-        try:
-            peers["hf_continuous_batching"] = hf_best_of(lambda: hf_continuous(hf, w1), args.repeats)
-        except Exception as e:  # noqa: BLE001 - recorded in the results
-            cb_error = f"{type(e).__name__}: {e}"
-            traceback.print_exc()
+    figs, cb_error = asyncio.run(run_rounds(args, hf, w1, w2))
+    rs = {k: v for k, v in figs.items() if not k.startswith("hf_")}
+    peers = {k: v for k, v in figs.items() if k.startswith("hf_")}
+    if args.no_generate_batch:
+        cb_error = None
     return report(args, rs, peers, cb_error, shape)
 
 
