@@ -303,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    log(f"torch threads: {torch.get_num_threads()}, load average {load_average()}")
+    args.load_average_start = load_average()
+    log(f"torch threads: {torch.get_num_threads()}, load average {args.load_average_start}")
     hf = load_hf()
     vocab = hf.config.vocab_size
     w1 = w1_requests(args.w1_n, args.w1_lo, args.w1_hi, vocab)
@@ -371,7 +372,15 @@ def report(
         record("W1-cpu", MODEL, "float32", "cpu", w1_fig, torch_threads=threads),
         record("W2-cpu", MODEL, "float32", "cpu", w2_fig, torch_threads=threads),
     ]
-    path = write_results(args.out, results, quick=args.quick, repeats=args.repeats)
+    path = write_results(
+        args.out,
+        results,
+        quick=args.quick,
+        repeats=args.repeats,
+        torch_threads=threads,
+        load_average_start=args.load_average_start,
+        seconds_total=time.perf_counter() - _T0,
+    )
     print_summary(w1_fig, w2_fig, peers, cb_error)
     log(f"wrote {path}")
     return {"results": results, "path": str(path)}
