@@ -3,12 +3,27 @@
 One `AsyncEngine` in the caller's event loop, a worker thread that overlaps
 scheduling with the forward pass, and a radix tree that reuses the KV cache of
 shared prefixes. `Engine` is the blocking facade.
+
+The names below are imported on first use, so `import radixserve` (the CLI's
+`--help`, the pytest plugin in sessions that never ask for an engine) does not
+pay for torch and transformers.
 """
 
-from radixserve.config import EngineConfig
-from radixserve.engine import AsyncEngine, Engine, EngineDeadError
-from radixserve.outputs import RequestOutput, TokenLogprob, Usage
-from radixserve.sampling_params import SamplingParams
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "AsyncEngine": "radixserve.engine",
+    "Engine": "radixserve.engine",
+    "EngineDeadError": "radixserve.engine",
+    "EngineConfig": "radixserve.config",
+    "RequestOutput": "radixserve.outputs",
+    "TokenLogprob": "radixserve.outputs",
+    "Usage": "radixserve.outputs",
+    "SamplingParams": "radixserve.sampling_params",
+}
 
 __all__ = [
     "AsyncEngine",
@@ -21,3 +36,18 @@ __all__ = [
     "Usage",
 ]
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from radixserve.config import EngineConfig
+    from radixserve.engine import AsyncEngine, Engine, EngineDeadError
+    from radixserve.outputs import RequestOutput, TokenLogprob, Usage
+    from radixserve.sampling_params import SamplingParams
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'radixserve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

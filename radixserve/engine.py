@@ -11,6 +11,7 @@ Leaving the `async for` early or cancelling the task aborts the request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import uuid
@@ -407,10 +408,23 @@ class Engine:
         self._thread = threading.Thread(target=self._loop.run_forever, name="radixserve-loop", daemon=True)
         self._thread.start()
         self.engine = AsyncEngine(config, **overrides)
-        self._run(self.engine.start())
+        try:
+            self.run(self.engine.start())
+        except BaseException:
+            self._stop_loop()  # a model that fails to load leaves no thread behind
+            raise
 
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    def run(self, coro: Any) -> Any:
+        """Run a coroutine on the engine's event loop and wait for it (e.g. a body
+        that uses `self.engine`, the AsyncEngine, directly)."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # Ctrl-C here cancels the coroutine too (and so aborts its request)
+            raise
+
+    _run = run
 
     def generate(
         self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
@@ -419,11 +433,13 @@ class Engine:
         try:
             while True:
                 try:
-                    yield self._run(agen.__anext__())
+                    yield self.run(agen.__anext__())
                 except StopAsyncIteration:
                     return
         finally:
-            self._run(agen.aclose())
+            # RuntimeError: still unwinding from a cancelled step, whose cleanup aborts the request.
+            with contextlib.suppress(RuntimeError):
+                self.run(agen.aclose())
 
     def complete(self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any) -> Any:
         return self._run(self.engine.complete(prompt, params, **kw))
@@ -452,9 +468,12 @@ class Engine:
 
     def close(self) -> None:
         if self._loop.is_running():
-            self._run(self.engine.shutdown(drain=False))
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
+            self.run(self.engine.shutdown(drain=False))
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
 
     def __enter__(self) -> Engine:
         return self
