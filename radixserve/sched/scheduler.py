@@ -145,6 +145,13 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
         if not picked:
+            if self.waiting and not self.running:
+                # Nothing runs, nothing frees memory: the head of the queue can never start.
+                req = self.waiting.popleft()
+                pool = self.allocator.num_slots
+                self._finish(
+                    req, "abort", error=f"the request needs more KV cache than the pool holds ({pool} slots)"
+                )
             return None
         return self._build_prefill(picked)
 

@@ -251,3 +251,14 @@ def test_long_queue_fcfs_still_shares_the_prefix(overlap: bool) -> None:
     hits = sorted(r.cached_tokens for r in reqs)
     assert hits[0] == 0 and all(h >= 48 for h in hits[1:])
     assert alloc.num_free + sched.cache.total_size == 5000
+
+
+def test_a_prompt_larger_than_the_pool_is_aborted_not_spun_on() -> None:
+    sched, alloc = make(16)
+    sched.add(req("big", list(range(1, 40)), 2))
+    sched.add(req("small", [1, 2, 3], 2, arrival=1))
+    assert sched.schedule() is None
+    (out,) = sched.take_aborted()
+    assert out.request_id == "big" and out.finish_reason == "abort" and "KV cache" in out.error
+    outs = drive(sched, False, {})
+    assert outs["small"] == expected([1, 2, 3], 2)
