@@ -114,7 +114,16 @@ class Scheduler:
 
     def schedule(self, inflight: bool = False) -> Batch | object | None:
         """The next step's batch, None when idle, or NEED_SYNC (see module doc)."""
-        return self._schedule_prefill() or self._schedule_decode(inflight)
+        batch = self._schedule_prefill() or self._schedule_decode(inflight)
+        if batch is None and not inflight and self.has_work:
+            # Nothing can run and nothing in flight will free memory: without this the
+            # request would wait forever. Fail the oldest one with the reason.
+            req = self.running[0] if self.running else self.waiting.popleft()
+            pool = self.allocator.num_slots
+            self._finish(
+                req, "abort", error=f"the request needs more KV cache than the pool holds ({pool} slots)"
+            )
+        return batch
 
     def _schedule_prefill(self) -> Batch | None:
         budget = self.cfg.chunked_prefill_size
@@ -145,13 +154,6 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
         if not picked:
-            if self.waiting and not self.running:
-                # Nothing runs, nothing frees memory: the head of the queue can never start.
-                req = self.waiting.popleft()
-                pool = self.allocator.num_slots
-                self._finish(
-                    req, "abort", error=f"the request needs more KV cache than the pool holds ({pool} slots)"
-                )
             return None
         return self._build_prefill(picked)
 
