@@ -54,6 +54,7 @@ from common import (  # noqa: E402
     W2_FULL,
     Request,
     W2Shape,
+    environment,
     load_average,
     print_table,
     record,
@@ -303,8 +304,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.load_average_start = load_average()
-    log(f"torch threads: {torch.get_num_threads()}, load average {args.load_average_start}")
+    args.env = environment()  # commit and load when the code was imported and the run began
+    log(f"torch threads: {torch.get_num_threads()}, commit {args.env['commit']}, load {load_average()}")
     hf = load_hf()
     vocab = hf.config.vocab_size
     w1 = w1_requests(args.w1_n, args.w1_lo, args.w1_hi, vocab)
@@ -378,7 +379,8 @@ def report(
         quick=args.quick,
         repeats=args.repeats,
         torch_threads=threads,
-        load_average_start=args.load_average_start,
+        env=args.env,
+        load_average_end=load_average(),
         seconds_total=time.perf_counter() - _T0,
     )
     print_summary(w1_fig, w2_fig, peers, cb_error)

@@ -122,6 +122,17 @@ def load_average() -> tuple[float, float, float] | None:
         return None
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux), else None."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def environment() -> dict[str, Any]:
     """Versions, commit, date and machine, for the head of a result file."""
     return {
@@ -135,7 +146,7 @@ def environment() -> dict[str, Any]:
         },
         "machine": {
             "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
+            "processor": cpu_model() or platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "load_average": load_average(),
         },
@@ -150,11 +161,17 @@ def record(
     return {**head, "figures": figures, **extra}
 
 
-def write_results(path: str | Path, results: Sequence[dict[str, Any]], **head: Any) -> Path:
-    """Write `{environment..., **head, "results": [...]}` as indented JSON; returns the path."""
+def write_results(
+    path: str | Path, results: Sequence[dict[str, Any]], env: dict[str, Any] | None = None, **head: Any
+) -> Path:
+    """Write `{env..., **head, "results": [...]}` as indented JSON; returns the path.
+
+    Pass the `environment()` taken when the run started: in a shared checkout
+    HEAD may move while a benchmark runs.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**environment(), **head, "results": list(results)}
+    doc = {**(env or environment()), **head, "results": list(results)}
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return path
 
