@@ -139,8 +139,10 @@ class Scheduler:
         for req, match in self._ordered_waiting():
             if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
                 break
-            if match is None and self.cache is not None:
-                match = self._match(req)  # FCFS over a long queue: match only who we reach
+            if self.cache is not None and (match is None or picked):
+                # Match (again) right before admitting: an earlier admission in this
+                # step may have evicted the node an ordering-time match points to.
+                match = self._match(req)
             matched = match.length if match else 0
             if self._shares_with_picked(req, matched, picked):
                 continue
