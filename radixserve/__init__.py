@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "AsyncEngine": "radixserve.engine",
-    "Engine": "radixserve.engine",
+    "Engine": "radixserve.blocking",
     "EngineDeadError": "radixserve.engine",
     "EngineConfig": "radixserve.config",
     "RequestOutput": "radixserve.outputs",
@@ -38,8 +38,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
-    from radixserve.engine import AsyncEngine, Engine, EngineDeadError
+    from radixserve.engine import AsyncEngine, EngineDeadError
     from radixserve.outputs import RequestOutput, TokenLogprob, Usage
     from radixserve.sampling_params import SamplingParams
 

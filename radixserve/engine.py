@@ -1,4 +1,4 @@
-"""`AsyncEngine` and its blocking facade `Engine`: the objects users touch.
+"""`AsyncEngine`: the object most users touch (`Engine`, in blocking.py, wraps it).
 
 The engine lives in the caller's asyncio event loop. Requests are tokenized
 and validated there (a bad request raises in the caller and never reaches the
@@ -11,11 +11,9 @@ Leaving the `async for` early or cancelling the task aborts the request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -398,85 +396,3 @@ class _Collector:
             self.final[item.index] = item
             if len(self.final) == self.n:
                 self.done.set_result([self.final[i] for i in sorted(self.final)])
-
-
-class Engine:
-    """Blocking facade over `AsyncEngine` for scripts and notebooks (its own loop thread)."""
-
-    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="radixserve-loop", daemon=True)
-        self._thread.start()
-        self.engine = AsyncEngine(config, **overrides)
-        try:
-            self.run(self.engine.start())
-        except BaseException:
-            self._stop_loop()  # a model that fails to load leaves no thread behind
-            raise
-
-    def run(self, coro: Any) -> Any:
-        """Run a coroutine on the engine's event loop and wait for it (e.g. a body
-        that uses `self.engine`, the AsyncEngine, directly)."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()  # Ctrl-C here cancels the coroutine too (and so aborts its request)
-            raise
-
-    _run = run
-
-    def generate(
-        self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
-    ) -> Iterator[RequestOutput]:
-        agen = self.engine.generate(prompt, params, **kw)
-        try:
-            while True:
-                try:
-                    yield self.run(agen.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            # RuntimeError: still unwinding from a cancelled step, whose cleanup aborts the request.
-            with contextlib.suppress(RuntimeError):
-                self.run(agen.aclose())
-
-    def complete(self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any) -> Any:
-        return self._run(self.engine.complete(prompt, params, **kw))
-
-    def generate_many(
-        self, prompts: Sequence[Prompt], params: Any = None, progress: bool = False
-    ) -> list[Any]:
-        return self._run(self.engine.generate_many(prompts, params, progress=progress))
-
-    def flush_cache(self) -> bool:
-        return bool(self._run(self.engine.flush_cache()))
-
-    def check_integrity(self) -> None:
-        self._run(self.engine.check_integrity())
-
-    def stats(self) -> dict[str, Any]:
-        return dict(self._run(self.engine.stats()))
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    @property
-    def healthy(self) -> bool:
-        return self.engine.healthy
-
-    def close(self) -> None:
-        if self._loop.is_running():
-            self.run(self.engine.shutdown(drain=False))
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 
 if TYPE_CHECKING:  # radixserve imports torch: only fixtures that are used import it
-    from radixserve.engine import AsyncEngine, Engine
+    from radixserve.blocking import Engine
+    from radixserve.engine import AsyncEngine
     from radixserve.sampling_params import SamplingParams
 
 T = TypeVar("T")
@@ -91,8 +92,8 @@ class EnginePool:
     def get(self, model: str | None = None, device: str | None = None) -> Engine:
         key = (model or self.model, device or self.device)
         if key not in self._engines and key not in self._failures:
+            from radixserve.blocking import Engine
             from radixserve.config import EngineConfig
-            from radixserve.engine import Engine
 
             try:
                 self._engines[key] = Engine(EngineConfig(model=key[0], device=key[1], dtype=self.dtype))

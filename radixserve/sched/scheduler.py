@@ -37,9 +37,10 @@ from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.model.runner import StepResult
 from radixserve.model.sampler import SamplingInputs
-from radixserve.outputs import RequestOutput, TokenLogprob, Usage
+from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
+from radixserve.sched.output import make_output, stop_rule
 from radixserve.sched.request import Request, Status
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
@@ -72,7 +73,6 @@ class Scheduler:
         self.tokenizer = tokenizer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._detok: dict[int, Detokenizer] = {}
         self._aborted: list[RequestOutput] = []
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
@@ -82,9 +82,7 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         p = req.params
-        self._detok[id(req)] = Detokenizer(
-            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens
-        )
+        req.detok = Detokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens)
         self.waiting.append(req)
 
     def abort(self, rid: str, why: str) -> None:
@@ -409,8 +407,7 @@ class Scheduler:
             self._release(req)
             self.running.remove(req)
         if reason == "abort":
-            self._aborted.append(self._output(req, [], None, final=True))
-            self._detok.pop(id(req), None)
+            self._aborted.append(make_output(req, [], None, final=True))
 
     # ---- after a step --------------------------------------------------------------------
 
@@ -429,7 +426,7 @@ class Scheduler:
             if not batch.sample[i]:
                 if not req.finished and req.prefill_done and req.params.max_tokens == 0:
                     self._finish(req, "length")
-                    outputs.append(self._output(req, [], None, final=True))
+                    outputs.append(make_output(req, [], None, final=True))
                 continue
             tok = result.next_ids[j]
             lp = None
@@ -447,55 +444,17 @@ class Scheduler:
         return outputs
 
     def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
-        p = req.params
-        detok = self._detok[id(req)]
-        detok.add([tok])
-        n_out = len(req.output_ids)
-        reason: str | None = None
-        stop_reason: str | int | None = None
-        if not p.ignore_eos and tok in req.eos_ids and n_out > p.min_tokens - 1 or tok in p.stop_token_ids:
-            reason, stop_reason = "stop", tok
-        elif detok.stopped_by is not None:
-            reason, stop_reason = "stop", detok.stopped_by
-        elif n_out >= p.max_tokens or req.num_tokens >= req.max_context:
-            reason = "length"
+        if req.detok is not None:
+            req.detok.add([tok])
+        reason, stop_reason = stop_rule(req, tok)
         if reason is not None:
             self._finish(req, reason, stop_reason)
-        elif not req.stream:
+            return make_output(req, [tok], lp, final=True)
+        if not req.stream:  # complete(): nobody reads the steps in between
             if lp is not None:
                 req.logprobs.append(lp)
-            return None  # complete(): nobody reads the steps in between
-        return self._output(req, [tok], lp, final=reason is not None)
-
-    def _output(self, req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:
-        detok = self._detok.get(id(req))
-        text = ""
-        delta = ""
-        if detok is not None:
-            if final:
-                detok.final_text()
-            delta = detok.flush(final)
-            text = detok.text[: detok.emitted]
-        if lp is not None:
-            req.logprobs.append(lp)
-        if final:
-            self._detok.pop(id(req), None)
-        return RequestOutput(
-            request_id=req.rid,
-            index=req.index,
-            delta_text=delta,
-            delta_token_ids=tuple(new),
-            text=text,
-            token_ids=tuple(req.output_ids),
-            finished=final,
-            finish_reason=req.finish_reason if final else None,
-            stop_reason=req.stop_reason if final else None,
-            usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens),
-            logprobs=tuple(req.logprobs),
-            delta_logprobs=(lp,) if lp is not None else (),
-            prompt_logprobs=tuple(req.prompt_logprobs),
-            error=req.error if final else None,
-        )
+            return None
+        return make_output(req, [tok], lp, final=False)
 
     def check_integrity(self) -> None:
         if self.cache is not None:

@@ -1,0 +1,54 @@
+"""From sampled tokens to what the caller sees: stop rules and `RequestOutput`s.
+
+Pure functions of one request's state, so the scheduler's `process` stays a
+loop over the batch. The request's `Detokenizer` (`req.detok`) turns ids into
+text incrementally and matches stop strings.
+"""
+
+from __future__ import annotations
+
+from radixserve.outputs import RequestOutput, TokenLogprob, Usage
+from radixserve.sched.request import Request
+
+
+def stop_rule(req: Request, tok: int) -> tuple[str | None, str | int | None]:
+    """(finish_reason, stop_reason) after `tok` was appended, or (None, None) to go on."""
+    p = req.params
+    n_out = len(req.output_ids)
+    # EOS and stop ids cannot appear before min_tokens: the sampler masks them until then.
+    if (not p.ignore_eos and tok in req.eos_ids) or tok in p.stop_token_ids:
+        return "stop", tok
+    if req.detok is not None and req.detok.stopped_by is not None:
+        return "stop", req.detok.stopped_by
+    if n_out >= p.max_tokens or req.num_tokens >= req.max_context:
+        return "length", None
+    return None, None
+
+
+def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:
+    """The output of this step: the new tokens and text, and everything so far."""
+    detok = req.detok
+    text = delta = ""
+    if detok is not None:
+        if final:
+            detok.final_text()
+        delta = detok.flush(final)
+        text = detok.text[: detok.emitted]
+    if lp is not None:
+        req.logprobs.append(lp)
+    return RequestOutput(
+        request_id=req.rid,
+        index=req.index,
+        delta_text=delta,
+        delta_token_ids=tuple(new),
+        text=text,
+        token_ids=tuple(req.output_ids),
+        finished=final,
+        finish_reason=req.finish_reason if final else None,
+        stop_reason=req.stop_reason if final else None,
+        usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens),
+        logprobs=tuple(req.logprobs),
+        delta_logprobs=(lp,) if lp is not None else (),
+        prompt_logprobs=tuple(req.prompt_logprobs),
+        error=req.error if final else None,
+    )
