@@ -36,7 +36,7 @@ import json
 import os
 from pathlib import Path
 
-from radixserve import engine as engine_module
+from radixserve import blocking as engine_module
 
 seen = {"created": [], "closed": []}
 _init, _close = engine_module.Engine.__init__, engine_module.Engine.close
