@@ -1,4 +1,5 @@
-"""Reference attention in plain PyTorch: one SDPA call per request.
+"""Reference attention in plain PyTorch: one SDPA call per request
+(one batched, padded call for a decode step).
 
 Correct on any device and the yardstick for the Triton and FlashInfer
 backends; slow on a GPU (a Python loop over requests).
@@ -24,6 +25,20 @@ class TorchAttention(AttentionBackend):
             self._qo.append(self._qo[-1] + e)
             self._kv.append(self._kv[-1] + p + e)
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._decode: tuple[torch.Tensor, torch.Tensor] | None = None
+        if batch.is_decode and batch.batch_size > 1:
+            self._decode = self._plan_decode(batch)
+
+    def _plan_decode(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Slots padded to the longest context `[B, L]`, and the mask of real ones:
+        a decode step then takes one batched SDPA per layer instead of B calls."""
+        lens = torch.tensor(batch.seq_lens, device=batch.kv_indices.device)
+        width = max(batch.seq_lens)
+        cols = torch.arange(width, device=lens.device)[None, :]
+        valid = cols < lens[:, None]
+        starts = torch.tensor(self._kv[:-1], device=lens.device)[:, None]
+        idx = torch.where(valid, starts + cols, torch.zeros_like(cols))
+        return batch.kv_indices.long()[idx], valid[:, None, None, :]
 
     def _mask(self, prefix: int, extend: int, device: torch.device) -> torch.Tensor:
         key = (prefix, extend)
@@ -38,6 +53,15 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:
         self.pool.write(layer, batch.out_slots, k, v)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
+        gqa = self.num_heads != self.num_kv_heads
+        if self._decode is not None:
+            slots, mask = self._decode
+            kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
+            vb = v_buf[slots].transpose(1, 2).to(q.dtype)
+            o = F.scaled_dot_product_attention(
+                q[:, :, None, :], kb, vb, attn_mask=mask, scale=self.scale, enable_gqa=gqa
+            )
+            return o[:, :, 0, :]
         out = torch.empty_like(q)
         for i, (prefix, extend) in enumerate(zip(batch.prefix_lens, batch.extend_lens)):
             q0, q1 = self._qo[i], self._qo[i + 1]
@@ -46,8 +70,6 @@ class TorchAttention(AttentionBackend):
             ki = k_buf[slots].transpose(0, 1).to(q.dtype)  # [Hkv, L, D]
             vi = v_buf[slots].transpose(0, 1).to(q.dtype)
             mask = None if extend == 1 else self._mask(prefix, extend, q.device)
-            oi = F.scaled_dot_product_attention(
-                qi, ki, vi, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
-            )
+            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
             out[q0:q1] = oi.transpose(0, 1)
         return out
