@@ -42,6 +42,7 @@ from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
 from radixserve.sched.request import Request, Status
+from radixserve.sched.request_kv import RequestKV
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
 
@@ -68,8 +69,7 @@ class Scheduler:
         self.cfg = config
         self.allocator = allocator
         self.cache = cache if config.enable_radix_cache else None
-        self.table = table
-        self._slots_np = table.table.numpy()  # host table: cheap slicing per step
+        self.kv = RequestKV(allocator, self.cache, table)
         self.tokenizer = tokenizer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -103,10 +103,7 @@ class Scheduler:
 
     def live_slots(self) -> list[torch.Tensor]:
         """Slots owned by running requests and not (yet) by the tree."""
-        return [
-            torch.from_numpy(self._slots_np[r.row, r.own_from : r.kv_len].astype(np.int64))
-            for r in self.running
-        ]
+        return self.kv.live_slots(self.running)
 
     # ---- scheduling ----------------------------------------------------------------------
 
@@ -129,7 +126,7 @@ class Scheduler:
         chunking = [r for r in self.running if not r.prefill_done]
         for req in chunking:  # at most one, by construction
             n = min(req.num_known - req.kv_len, budget)
-            if not self._grow(req, n):
+            if not self.kv.grow(req, n):
                 break
             picked.append((req, n))
             budget -= n
@@ -195,51 +192,17 @@ class Scheduler:
         ratio = self.cfg.decode_reserve_ratio
         return sum(math.ceil(r.remaining_tokens * ratio) for r in [*self.running, *extra])
 
-    def _available(self) -> int:
-        return self.allocator.num_free + (self.cache.evictable_size if self.cache else 0)
-
-    def _alloc(self, n: int) -> torch.Tensor | None:
-        return self.cache.alloc(n) if self.cache else self.allocator.alloc(n)
-
     def _admit(self, req: Request, match: Any, n: int) -> bool:
         """Lock the request's cached prefix (`match`) and allocate its first `n` tokens."""
-        cached = match.length if match else 0
-        if self.cache is not None:
-            self.cache.lock(match.last_node)  # before allocating: allocation may evict
-        if n + self._decode_reserve((req,)) > self._available():
-            if self.cache is not None:
-                self.cache.unlock(match.last_node)
+        if not self.kv.claim(req, match, n, reserve=self._decode_reserve((req,))):
             return False
-        row = self.table.alloc_row()
-        slots = self._alloc(n) if row is not None else None
-        if slots is None:
-            if row is not None:
-                self.table.free_row(row)
-            if self.cache is not None:
-                self.cache.unlock(match.last_node)
-            return False
-        req.row, req.status = row, Status.RUNNING
-        if cached:
-            self.table.write(row, 0, match.slots)
-        self.table.write(row, cached, slots)
-        req.kv_len, req.own_from = cached, cached
-        req.lock_node = match.last_node if match else None
+        req.status = Status.RUNNING
         req.penalty_init = req.params.uses_penalties
         if not req.admitted:
             req.admitted = True
-            req.cached_tokens = min(cached, len(req.prompt_ids))
+            req.cached_tokens = min(req.kv_len, len(req.prompt_ids))
             self.prompt_tokens_admitted += len(req.prompt_ids)
             self.cached_tokens_admitted += req.cached_tokens
-        return True
-
-    def _grow(self, req: Request, n: int) -> bool:
-        """Allocate the next prefill chunk of a running request."""
-        if n <= 0 or n > self._available():
-            return False
-        slots = self._alloc(n)
-        if slots is None:
-            return False
-        self.table.write(req.row, req.kv_len, slots)
         return True
 
     def _schedule_decode(self, inflight: bool) -> Batch | object | None:
@@ -250,7 +213,7 @@ class Scheduler:
         ]
         if not reqs:
             return None
-        while len(reqs) > self._available():
+        while len(reqs) > self.kv.available():
             if inflight:
                 return NEED_SYNC
             if len(reqs) == 1:
@@ -259,7 +222,7 @@ class Scheduler:
             victim = min(reqs, key=lambda r: (r.num_tokens, -r.arrival))
             reqs.remove(victim)
             self._retract(victim)
-        slots = self._alloc(len(reqs))
+        slots = self.kv.alloc(len(reqs))
         assert slots is not None
         return self._build_decode(reqs, slots.numpy())
 
@@ -267,7 +230,7 @@ class Scheduler:
         """One token per request: the hot case, built without per-token work."""
         kv = [r.kv_len for r in reqs]
         # One slot per request, written into the host table in one scatter.
-        self._slots_np[[r.row for r in reqs], kv] = slots
+        self.kv.slots[[r.row for r in reqs], kv] = slots
         # The input is the last known token, or -1 when it is still being sampled.
         input_ids = [
             (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
@@ -279,7 +242,7 @@ class Scheduler:
             prefix_lens=kv,
             input_ids=input_ids,
             out_slots=slots.astype(np.int64),
-            kv_indices=np.concatenate([self._slots_np[r.row, : k + 1] for r, k in zip(reqs, kv)]),
+            kv_indices=np.concatenate([self.kv.slots[r.row, : k + 1] for r, k in zip(reqs, kv)]),
             sample=[True] * len(reqs),
             sampling=self._sampling_inputs(reqs),
             is_prefill=False,
@@ -325,7 +288,7 @@ class Scheduler:
             lp_rows.append(rows)
             prefix_lens.append(start)
             extend_lens.append(n)
-            row_slots = self._slots_np[req.row]
+            row_slots = self.kv.slots[req.row]
             ctx.append(row_slots[: start + n])
             out.append(row_slots[start : start + n])
             sample.append(
@@ -350,49 +313,11 @@ class Scheduler:
             # makes later readers see it computed), so requests sharing the prefix
             # hit it while this one is still decoding.
             for req, _ in picked:
-                self._cache_chunk(req)
+                self.kv.cache_prefix(req)
         return batch
 
-    # ---- KV hand-over to the tree --------------------------------------------------------
-
-    def _cache_chunk(self, req: Request) -> None:
-        """Put a prefilled prefix (a chunk or the whole prompt) into the tree and hold it locked."""
-        assert self.cache is not None
-        key = req.known_ids(0, min(req.kv_len, req.num_known))
-        slots = torch.from_numpy(self._slots_np[req.row, : req.kv_len].astype(np.int64))
-        cached = self.cache.insert(key, slots, req.extra_key)
-        if cached > req.own_from:
-            self.allocator.free(slots[req.own_from : cached])
-        match = self.cache.match_prefix(key, req.extra_key)
-        self.cache.lock(match.last_node)
-        if req.lock_node is not None:
-            self.cache.unlock(req.lock_node)
-        req.lock_node = match.last_node
-        self.table.write(req.row, 0, match.slots)
-        req.own_from = match.length
-
-    def _release(self, req: Request) -> None:
-        """Give a request's KV to the tree (or the allocator) and its row back."""
-        if req.row < 0:
-            return
-        slots = torch.from_numpy(self._slots_np[req.row, : req.kv_len].astype(np.int64))
-        valid = min(req.kv_len, len(req.all_ids))  # KV of ids we know
-        if self.cache is not None:
-            cached = self.cache.insert(req.all_ids[:valid], slots[:valid], req.extra_key)
-            if cached > req.own_from:
-                self.allocator.free(slots[req.own_from : cached])
-            kept = self.cache.page_aligned(valid)
-            if req.kv_len > max(kept, req.own_from):
-                self.allocator.free(slots[max(kept, req.own_from) :])
-            if req.lock_node is not None:
-                self.cache.unlock(req.lock_node)
-        elif req.kv_len:
-            self.allocator.free(slots)
-        self.table.free_row(req.row)
-        req.row, req.kv_len, req.own_from, req.lock_node = -1, 0, 0, None
-
     def _retract(self, req: Request) -> None:
-        self._release(req)
+        self.kv.release(req)
         self.running.remove(req)
         req.status = Status.WAITING
         self.retractions += 1
@@ -404,7 +329,7 @@ class Scheduler:
         req.status = Status.FINISHED
         req.finish_reason, req.stop_reason, req.error = reason, stop_reason, error
         if req in self.running:
-            self._release(req)
+            self.kv.release(req)
             self.running.remove(req)
         if reason == "abort":
             self._aborted.append(make_output(req, [], None, final=True))
@@ -457,8 +382,4 @@ class Scheduler:
         return make_output(req, [tok], lp, final=False)
 
     def check_integrity(self) -> None:
-        if self.cache is not None:
-            self.cache.check_integrity(self.live_slots())
-        else:
-            used = sum(r.kv_len for r in self.running)
-            assert self.allocator.num_free + used == self.allocator.num_slots, "KV slots leaked"
+        self.kv.check_integrity(self.running)
