@@ -24,7 +24,6 @@ import gc
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,6 +33,9 @@ import numpy as np
 import torch
 
 from radixserve.cache import RadixCache, SlotAllocator, TreeNode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import cpu_model, git_commit  # noqa: E402
 
 VOCAB = 128_000
 TURNS = 8
@@ -200,24 +202,6 @@ def measure_evict(cache: RadixCache, n_tokens: int, repeats: int) -> EvictResult
     return EvictResult(size, n_tokens, statistics.median(times) / 1e6, min(times) / 1e6, freed // repeats)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -280,10 +264,10 @@ def main() -> None:
     result = {
         "benchmark": "radix_tree_cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": git_commit() or "unknown",
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "cpu": cpu_name(),
+        "cpu": cpu_model() or platform.processor() or platform.machine(),
         "runs": args.runs,
         "torch_threads": args.threads,
         "scaling": [asdict(r) for r in rows],
