@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
-from radixserve.model.attention import AttentionBackend, TorchAttention
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention import AttentionBackend, TorchAttention
+from radixserve.runtime.forward_batch import ForwardBatch
 
 OUT = Path(os.environ.get("OUT", "out"))
 DTYPE = torch.bfloat16
@@ -93,10 +93,10 @@ def make_backend(kind: str, pool: KVPool, shape: Shape) -> AttentionBackend:
     if kind == "torch":
         return TorchAttention(*args)
     if kind == "triton":
-        from radixserve.model.attention.triton_backend import TritonAttention
+        from radixserve.runtime.attention.triton_backend import TritonAttention
 
         return TritonAttention(*args)
-    from radixserve.model.attention.flashinfer_backend import FlashInferAttention
+    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention
 
     # "flashinfer" picks tensor cores by group size (>= 4: both shapes here);
     # "flashinfer-cc" forces the CUDA-core decode kernel, to compare.

@@ -57,7 +57,7 @@ class Engine:
         finally:
             # RuntimeError: still unwinding from a cancelled step, whose cleanup aborts the request.
             with contextlib.suppress(RuntimeError):
-                self.run(agen.aclose())
+                self.run(agen.aclose())  # type: ignore[attr-defined]
 
     def complete(self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any) -> Any:
         return self._run(self.engine.complete(prompt, params, **kw))

@@ -24,10 +24,10 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
-from radixserve.model.attention import make_attention_backend
 from radixserve.model.loader import LoadedModel, load_model
-from radixserve.model.runner import ModelRunner
 from radixserve.outputs import RequestOutput
+from radixserve.runtime.attention import make_attention_backend
+from radixserve.runtime.runner import ModelRunner
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
@@ -348,7 +348,7 @@ class AsyncEngine:
             return list(tok.encode(text, add_special_tokens=False))
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
             raise TypeError("a prompt is a string, a list of chat messages (dicts) or a list of token ids")
-        return seq
+        return [int(t) for t in seq]  # type: ignore[call-overload]
 
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
         assert self._loop is not None

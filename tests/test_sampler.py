@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import xgrammar
 
-from radixserve.model.sampler import Sampler, SamplingInputs
+from radixserve.runtime.sampler import Sampler, SamplingInputs
 from radixserve.sampling_params import SamplingParams
 
 V = 100

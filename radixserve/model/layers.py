@@ -104,7 +104,7 @@ def rope_inv_freq(
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    proxy = LlamaConfig(
+    proxy = LlamaConfig(  # type: ignore[call-arg]
         hidden_size=hidden_size,
         num_attention_heads=num_heads,
         head_dim=head_dim,
@@ -123,6 +123,9 @@ class RotaryEmbedding(nn.Module):
     buffers on the default device; a forward gathers rows by position, so it
     needs no host sync and works for any mix of positions in a batch.
     """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
 
     def __init__(
         self, rope: RopeConfig, head_dim: int, hidden_size: int, num_heads: int, max_positions: int

@@ -18,9 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixserve.model.attention.base import AttentionBackend
 from radixserve.model.config import ModelConfig
-from radixserve.model.forward_batch import ForwardBatch
 from radixserve.model.layers import (
     FusedLinear,
     Linear,
@@ -29,6 +27,8 @@ from radixserve.model.layers import (
     VocabEmbedding,
     silu_and_mul,
 )
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 
 class LlamaAttention(nn.Module):

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from radixserve.model.forward_batch import ForwardBatch
-from radixserve.model.host import to_device
-from radixserve.model.sampler import SamplingInputs
+from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.host import to_device
+from radixserve.runtime.sampler import SamplingInputs
 from radixserve.sched.request import Request
 
 
@@ -69,11 +69,10 @@ class Batch:
         # Logits rows: one per sampling request first, then the prompt-logprob rows.
         # None when that is just the last token of every request (the model's default,
         # and what CUDA-graph decode replays).
-        rows: list[int] | None = [int(qo[i + 1]) - 1 for i, s in enumerate(self.sample) if s]
+        wanted = [int(qo[i + 1]) - 1 for i, s in enumerate(self.sample) if s]
         for lp_rows in self.prompt_lp_rows:
-            rows.extend(lp_rows)
-        if all(self.sample) and len(rows) == len(self.reqs):
-            rows = None
+            wanted.extend(lp_rows)
+        rows = None if all(self.sample) and len(wanted) == len(self.reqs) else wanted
 
         def dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
             return to_device(a, dtype, device)

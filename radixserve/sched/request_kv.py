@@ -54,6 +54,7 @@ class RequestKV:
             if self.cache is not None:
                 self.cache.unlock(match.last_node)
             return False
+        assert row is not None
         if cached:
             self.table.write(row, 0, match.slots)
         self.table.write(row, cached, slots)

@@ -35,9 +35,9 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.model.runner import StepResult
-from radixserve.model.sampler import SamplingInputs
 from radixserve.outputs import RequestOutput, TokenLogprob
+from radixserve.runtime.runner import StepResult
+from radixserve.runtime.sampler import SamplingInputs
 from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
@@ -356,8 +356,8 @@ class Scheduler:
             tok = result.next_ids[j]
             lp = None
             if result.logprobs is not None and req.params.logprobs:
-                top = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
-                lp = TokenLogprob(tok, result.logprobs[j], top)
+                top_j = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
+                lp = TokenLogprob(tok, result.logprobs[j], top_j)
             j += 1
             if req.finished:
                 continue  # aborted or stopped while this step was in flight

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from radixserve.model.runner import ModelRunner, StepHandle
 from radixserve.outputs import RequestOutput
+from radixserve.runtime.runner import ModelRunner, StepHandle
 from radixserve.sched.batch import Batch
 from radixserve.sched.scheduler import NEED_SYNC, Scheduler
 

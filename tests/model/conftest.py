@@ -26,10 +26,10 @@ import torch
 from torch import nn
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.model.attention import TorchAttention
 from radixserve.model.config import ModelConfig
-from radixserve.model.forward_batch import ForwardBatch
 from radixserve.model.loader import LoadedModel, load_model
+from radixserve.runtime.attention import TorchAttention
+from radixserve.runtime.forward_batch import ForwardBatch
 
 MODES = ("single", "mixed", "split")
 

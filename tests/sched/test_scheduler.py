@@ -15,7 +15,7 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.model.runner import StepResult
+from radixserve.runtime.runner import StepResult
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request

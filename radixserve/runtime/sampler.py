@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from radixserve.model.host import to_device
+from radixserve.runtime.host import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
-from radixserve.model.attention import make_attention_backend
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.attention.torch_backend import TorchAttention
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention import make_attention_backend
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.torch_backend import TorchAttention
+from radixserve.runtime.forward_batch import ForwardBatch
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from typing import Any
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 WORKSPACE_BYTES = 128 << 20
 TENSOR_CORE_MIN_GROUP = 4

@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.model.attention import triton_kernels as tk
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention import triton_kernels as tk
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 # Split-K targets: enough programs to fill the GPU a few times over, but no
 # split shorter than this many keys (each split pays a reduction).

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 
 class TorchAttention(AttentionBackend):
@@ -55,11 +55,11 @@ class TorchAttention(AttentionBackend):
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         gqa = self.num_heads != self.num_kv_heads
         if self._decode is not None:
-            slots, mask = self._decode
+            slots, dmask = self._decode
             kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
             vb = v_buf[slots].transpose(1, 2).to(q.dtype)
             o = F.scaled_dot_product_attention(
-                q[:, :, None, :], kb, vb, attn_mask=mask, scale=self.scale, enable_gqa=gqa
+                q[:, :, None, :], kb, vb, attn_mask=dmask, scale=self.scale, enable_gqa=gqa
             )
             return o[:, :, 0, :]
         out = torch.empty_like(q)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.cuda_graph import DecodeGraphs, supports_graphs
-from radixserve.model.forward_batch import ForwardBatch
-from radixserve.model.host import to_device
-from radixserve.model.sampler import SampleOutput, Sampler, SamplingInputs
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
+from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.host import to_device
+from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 
 
 @dataclass

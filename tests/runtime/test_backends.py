@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
-from radixserve.model.attention import BACKEND_NAMES, TorchAttention, make_attention_backend
+from radixserve.runtime.attention import BACKEND_NAMES, TorchAttention, make_attention_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from attention_cases import CPU_CASES, Case, clone_pool, compare, make_pool_and_batch  # noqa: E402
@@ -67,7 +67,7 @@ def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch: pytest.
 
 def test_import_radixserve_does_not_import_gpu_libraries() -> None:
     code = (
-        "import sys, radixserve, radixserve.model.attention; "
+        "import sys, radixserve, radixserve.runtime.attention; "
         "bad = [m for m in ('triton', 'flashinfer') if m in sys.modules]; "
         "assert not bad, bad"
     )
@@ -83,7 +83,10 @@ def triton_cpu_results() -> dict:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, str(HERE / "attention_cases.py")],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -153,7 +156,7 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches() -> None:
     """Capture decode once, then replay it for batches with other contexts:
     plan outside the graph, run inside, outputs match the reference."""
     pytest.importorskip("flashinfer")
-    from radixserve.model.attention.flashinfer_backend import FlashInferAttention
+    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention
 
     heads, kv_heads, dim, bs, layers = 32, 8, 128, 4, 2
     cfg = KVPoolConfig(layers, kv_heads, dim, dtype=torch.bfloat16, device="cuda")

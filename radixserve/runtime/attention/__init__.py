@@ -8,8 +8,8 @@ import os
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.model.attention.base import AttentionBackend
-from radixserve.model.attention.torch_backend import TorchAttention
+from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.torch_backend import TorchAttention
 
 __all__ = ["BACKEND_NAMES", "AttentionBackend", "TorchAttention", "make_attention_backend"]
 
@@ -59,10 +59,10 @@ def make_attention_backend(
         return TorchAttention(*args)
     if name == "triton":
         _check_triton(pool)
-        from radixserve.model.attention.triton_backend import TritonAttention
+        from radixserve.runtime.attention.triton_backend import TritonAttention
 
         return TritonAttention(*args)
-    from radixserve.model.attention.flashinfer_backend import FlashInferAttention, import_flashinfer
+    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention, import_flashinfer
 
     try:
         import_flashinfer()

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.model.forward_batch import ForwardBatch
+from radixserve.runtime.forward_batch import ForwardBatch
 
 
 class AttentionBackend(ABC):
