@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark scripts: workloads, result records, tables.
 
-Workloads follow ../shared/BENCHMARKS.md exactly, so that figures from
+Workloads follow the definitions in BENCHMARKS.md exactly, so that figures from
 different machines can be set side by side. Nothing here imports torch or
 radixserve at module level: a GPU suite can reuse the generators and writers
 as they are.

@@ -13,7 +13,7 @@ On a CPU, a smoke run of every section with a tiny random Llama (seconds):
 line in `<out>/h200.jsonl` (`suite_cpu.jsonl` on the CPU, `_quick` added
 for --quick), written as it is measured, with the commit and dirty flag the
 script takes itself; a table of every figure is printed last and written
-beside it (`.table.md`). Workloads are those of ../shared/BENCHMARKS.md;
+beside it (`.table.md`). Workloads are those of BENCHMARKS.md ("Workloads");
 the transformers peer runs in the same process on the same weights.
 
 Sections (model; seconds on one H200, estimated from earlier runs):

@@ -1,6 +1,6 @@
 """What every section of the suite shares: the target, the recorder, the sizes, figures so far.
 
-`Sizes.full()` are the workloads of ../shared/BENCHMARKS.md (scaled where
+`Sizes.full()` are the workloads of BENCHMARKS.md (scaled where
 the time budget of one H200 run asks for it, as each field says);
 `Sizes.quick()` shrinks everything for a smoke run (CPU CI or a GPU
 shakedown): such figures show that the code runs, not how fast.
@@ -51,9 +51,9 @@ class Sizes:
             w1_n=12,
             w1_lo=8,
             w1_hi=48,
-            peer_n=6,
-            peer_max_out=8,
-            peer_batches=(6, 3),
+            peer_n=4,
+            peer_max_out=4,
+            peer_batches=(4, 2),
             peer_budget_s=30.0,
             w2=(64, 8, 8, 4),
             w2_turns=(4, 3, 8),

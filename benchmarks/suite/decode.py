@@ -1,6 +1,6 @@
 """W5 (shared-prefix decode) and the host time per decode step, from the worker probe.
 
-W5 (../shared/BENCHMARKS.md): a 4096-token random prefix is put in the cache
+W5 (BENCHMARKS.md, "Workloads"): a 4096-token random prefix is put in the cache
 first (`max_tokens=0`), then N requests of the prefix plus 8 tokens of their
 own decode 256 tokens each. K/V bytes read per decode step are what the
 attention kernels read: the step's kv_indices length (every request's whole
@@ -8,7 +8,7 @@ context) times the pool's bytes per token (K and V, all layers). The engine
 has no cascade (shared-prefix) attention today, so only "cascade=off" is
 measured; `kv_bytes_prefix_once` is what a cascade kernel would read.
 
-Bounds (GPU only) are the bytes a step must read at 4.3 TB/s (../shared/GPU.md):
+Bounds (GPU only) are the bytes a step must read at 4.3 TB/s (the H200's measured copy rate):
 the weights plus the K/V read.
 """
 

@@ -1,4 +1,4 @@
-"""W1-W4 of ../shared/BENCHMARKS.md through the public API, with the transformers peer in W1."""
+"""W1-W4 (BENCHMARKS.md, "Workloads") through the public API, with the transformers peer in W1."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from benchmarks.suite.engines import greedy, p50_p99_ms, run_offline, run_stream
 from benchmarks.suite.peer import hf_twin, sweep
 from radixserve import AsyncEngine
 
-BOUNDS = {"llama-3.1-8b": 13600.0, "qwen2.5-0.5b": 187000.0}  # ../shared/GPU.md, W1 on one H200
+BOUNDS = {"llama-3.1-8b": 13600.0, "qwen2.5-0.5b": 187000.0}  # BENCHMARKS.md, W1 on one H200
 TARGETS = {"llama-3.1-8b": 11500.0, "qwen2.5-0.5b": 100000.0}  # issue 11
 
 
