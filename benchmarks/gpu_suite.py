@@ -95,7 +95,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, figures mean nothing")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--only", default="", help=f"comma list of: {','.join(SECTIONS)} (default: all)")
-    ap.add_argument("--profile", action="store_true", help="cProfile the worker during W1 (printed)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the worker in W1 and at the host table's largest batch",
+    )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)

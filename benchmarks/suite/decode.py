@@ -22,6 +22,7 @@ import time
 from benchmarks.suite.context import Ctx
 from benchmarks.suite.engines import greedy, run_offline, running_engine
 from benchmarks.suite.probes import StepProbe, host_profile
+from benchmarks.suite.workloads import worker_profile
 from radixserve import AsyncEngine, SamplingParams
 
 HBM_BYTES_S = 4.3e12
@@ -117,7 +118,8 @@ def host_steps(ctx: Ctx, spec: str) -> None:
             reqs = [([rng.randrange(vocab) for _ in range(s.host_ctx)], s.host_steps) for _ in range(bs)]
             loop.run_until_complete(engine.flush_cache())
             probe.clear()
-            tps = run_offline(engine, loop, reqs)
+            with worker_profile(engine, ctx.profile and bs == max(s.host_bs)):  # where it goes, printed
+                tps = run_offline(engine, loop, reqs)
             steps = probe.decode_steps(bs)
             prof = host_profile(steps)
             if not prof:

@@ -42,7 +42,7 @@ def multi_turn_best(turns: int, tok: int) -> float:
 
 def multi_turn(
     engine: AsyncEngine, loop: asyncio.AbstractEventLoop, n: int, turns: int, tok: int, vocab: int
-):
+) -> tuple[float, float]:
     """n conversations at once, each `turns` turns of `tok` user tokens then `tok` generated.
 
     Returns (hit rate from usage, output tok/s)."""

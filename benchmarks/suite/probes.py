@@ -12,7 +12,8 @@ one engine's worker *instance* (nothing in radixserve changes):
   CUDA event itself, timed apart ("wait": the host idles on the device), then
   runs the original (output processing, on the host).
 
-Host time per step = schedule + launch + finish - wait. The wrappers cost a
+Host time per step = schedule + launch + finish - wait. (On the CPU the
+forward runs inside `launch`, so there it includes the model itself.) The wrappers cost a
 few microseconds per step. A hook missing from the worker (the step contract
 is being reworked) is listed in `missing` and its figures are left out.
 """
@@ -75,9 +76,10 @@ class StepProbe:
             def launch(batch: Any, *a: Any, **kw: Any) -> Any:
                 t0 = time.perf_counter()
                 out = orig_launch(batch, *a, **kw)
+                took = time.perf_counter() - t0  # the probe's own bookkeeping below stays outside
                 step = probe._describe(batch, t0, probe._count)
                 probe._count += 1
-                step.launch_s = time.perf_counter() - t0
+                step.launch_s = took
                 step.schedule_s, probe._pending_schedule = probe._pending_schedule, 0.0
                 probe.steps.append(step)
                 probe._by_batch[id(batch)] = step
