@@ -218,3 +218,36 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     assert get("pages", "page=1", "paged_pool_waste_frac")["value"] == 0.0
     rates = {r["rate"] for r in recs if r["workload"] == "chunks" and "rate" in r}
     assert len(rates) == 1  # every chunk size meets the same load
+
+
+def test_step_probe_finds_its_hooks_or_falls_back() -> None:
+    from types import SimpleNamespace
+
+    probes = _load_suite("probes")
+    batch = SimpleNamespace(extend_lens=[1, 1], prefix_lens=[3, 4])
+    calls: list[str] = []
+
+    def make(with_worker_hooks: bool) -> Any:
+        sched = SimpleNamespace(schedule=lambda inflight=False: batch, process=lambda b, r: calls.append("p"))
+        runner = SimpleNamespace(launch=lambda fb: calls.append("l"))
+        worker = SimpleNamespace(scheduler=sched, runner=runner)
+        if with_worker_hooks:
+            worker._launch = lambda b: runner.launch(b)
+            worker._finish_step = lambda b, h: sched.process(b, None)
+        return SimpleNamespace(_worker=worker)
+
+    for hooks in (True, False):
+        engine = make(hooks)
+        probe = probes.StepProbe.attach(engine)
+        w = engine._worker
+        b = w.scheduler.schedule()
+        (w._launch if hooks else w.runner.launch)(b)
+        assert probe.decode_steps(2) == []  # launched, outputs not processed yet
+        if hooks:
+            w._finish_step(b, SimpleNamespace(event=None))
+        else:
+            w.scheduler.process(b, None)
+        (step,) = probe.decode_steps(2)
+        assert (step.kv_tokens, step.kv_lens, step.num_tokens) == (9, [4, 5], 2)
+        assert probe.missing == ([] if hooks else ["Worker._finish_step (wait not measured)"])
+    assert calls == ["l", "p", "l", "p"]

@@ -12,16 +12,21 @@ one engine's worker *instance* (nothing in radixserve changes):
   CUDA event itself, timed apart ("wait": the host idles on the device), then
   runs the original (output processing, on the host).
 
-Host time per step = schedule + launch + finish - wait. (On the CPU the
-forward runs inside `launch`, so there it includes the model itself.) The wrappers cost a
-few microseconds per step. A hook missing from the worker (the step contract
-is being reworked) is listed in `missing` and its figures are left out.
+Host time per step = schedule + launch + finish - wait (on the CPU the
+forward runs inside `launch`, so there it includes the model). The wrappers
+cost a few microseconds per step. Where the worker changes shape, the probe
+falls back to `ModelRunner.launch(step input)` (any object holding host
+`extend_lens` / `prefix_lens`, itself or in a `batch`/`forward` field) and to
+`Scheduler.process` (then the wait is not seen); a hook it cannot find is
+listed in `missing` and its figures are left out.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,85 +51,108 @@ class Step:
 @dataclass
 class StepProbe:
     steps: list[Step] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # hooks not found (their figures are left out)
     _pending_schedule: float = 0.0
     _count: int = 0
-    _by_batch: dict[int, Step] = field(default_factory=dict)
+    _inflight: deque[Step] = field(default_factory=deque)  # launched, outputs not processed yet
 
     @classmethod
     def attach(cls, engine: AsyncEngine) -> StepProbe:
         probe = cls()
         worker = engine._worker
         sched = getattr(worker, "scheduler", None)
-        for obj, name in ((sched, "schedule"), (worker, "_launch"), (worker, "_finish_step")):
-            if obj is None or not callable(getattr(obj, name, None)):
-                probe.missing.append(name)
-        if "schedule" not in probe.missing:
-            orig_schedule = sched.schedule
-
-            def schedule(*a: Any, **kw: Any) -> Any:
-                t0 = time.perf_counter()
-                out = orig_schedule(*a, **kw)
-                if hasattr(out, "reqs"):  # a batch (not None or the need-sync marker)
-                    probe._pending_schedule = time.perf_counter() - t0
-                return out
-
-            sched.schedule = schedule
-        if "_launch" not in probe.missing:
-            orig_launch = worker._launch
-
-            def launch(batch: Any, *a: Any, **kw: Any) -> Any:
-                t0 = time.perf_counter()
-                out = orig_launch(batch, *a, **kw)
-                took = time.perf_counter() - t0  # the probe's own bookkeeping below stays outside
-                step = probe._describe(batch, t0, probe._count)
-                probe._count += 1
-                step.launch_s = took
-                step.schedule_s, probe._pending_schedule = probe._pending_schedule, 0.0
-                probe.steps.append(step)
-                probe._by_batch[id(batch)] = step
-                return out
-
-            worker._launch = launch
-        if "_finish_step" not in probe.missing:
-            orig_finish = worker._finish_step
-
-            def finish(batch: Any, handle: Any, *a: Any, **kw: Any) -> Any:
-                t0 = time.perf_counter()
-                event = getattr(handle, "event", None)
-                if event is not None:
-                    event.synchronize()
-                t1 = time.perf_counter()
-                out = orig_finish(batch, handle, *a, **kw)
-                step = probe._by_batch.pop(id(batch), None)
-                if step is not None:
-                    step.wait_s, step.finish_s = t1 - t0, time.perf_counter() - t1
-                return out
-
-            worker._finish_step = finish
+        if callable(getattr(sched, "schedule", None)):
+            sched.schedule = probe._wrap_schedule(sched.schedule)
+        else:
+            probe.missing.append("Scheduler.schedule")
+        # The launch: Worker._launch(batch), else ModelRunner.launch(step input).
+        runner = getattr(worker, "runner", None)
+        if callable(getattr(worker, "_launch", None)):
+            worker._launch = probe._wrap_launch(worker._launch)  # type: ignore[union-attr]
+        elif callable(getattr(runner, "launch", None)):
+            runner.launch = probe._wrap_launch(runner.launch)
+        else:
+            probe.missing.append("Worker._launch / ModelRunner.launch")
+        # The outputs: Worker._finish_step(batch, handle) (wait timed apart), else
+        # Scheduler.process (its caller waits first, so the wait is not seen).
+        if callable(getattr(worker, "_finish_step", None)):
+            worker._finish_step = probe._wrap_finish(worker._finish_step, wait=True)  # type: ignore[union-attr]
+        elif callable(getattr(sched, "process", None)):
+            sched.process = probe._wrap_finish(sched.process, wait=False)
+            probe.missing.append("Worker._finish_step (wait not measured)")
+        else:
+            probe.missing.append("Worker._finish_step / Scheduler.process")
         return probe
 
-    @staticmethod
-    def _describe(batch: Any, t0: float, index: int) -> Step:
-        ext = list(getattr(batch, "extend_lens", []) or [])
-        pre = list(getattr(batch, "prefix_lens", []) or [])
-        kv_lens = [p + e for p, e in zip(pre, ext)] if len(pre) == len(ext) and ext else None
-        kv_idx = getattr(batch, "kv_indices", None)
-        kv = len(kv_idx) if kv_idx is not None else (sum(kv_lens) if kv_lens else None)
-        n = len(getattr(batch, "reqs", ext))
-        return Step(index, t0, n, sum(ext), kv, bool(ext) and all(e == 1 for e in ext), kv_lens)
+    def _wrap_schedule(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def schedule(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = orig(*a, **kw)
+            if _lengths(out) is not None:  # a batch (not None or the need-sync marker)
+                self._pending_schedule = time.perf_counter() - t0
+            return out
+
+        return schedule
+
+    def _wrap_launch(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def launch(batch: Any, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = orig(batch, *a, **kw)
+            took = time.perf_counter() - t0  # the probe's own bookkeeping below stays outside
+            step = _describe(batch, t0, self._count)
+            self._count += 1
+            step.launch_s = took
+            step.schedule_s, self._pending_schedule = self._pending_schedule, 0.0
+            self.steps.append(step)
+            self._inflight.append(step)
+            return out
+
+        return launch
+
+    def _wrap_finish(self, orig: Callable[..., Any], wait: bool) -> Callable[..., Any]:
+        def finish(batch: Any, handle: Any, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            event = getattr(handle, "event", None) if wait else None
+            if event is not None:
+                event.synchronize()
+            t1 = time.perf_counter()
+            out = orig(batch, handle, *a, **kw)
+            if self._inflight:  # steps finish in launch order
+                step = self._inflight.popleft()
+                step.wait_s, step.finish_s = t1 - t0, time.perf_counter() - t1
+            return out
+
+        return finish
 
     def clear(self) -> None:
         self.steps.clear()
 
     def decode_steps(self, batch_size: int | None = None) -> list[Step]:
         """Decode-only steps (of exactly `batch_size` requests if given), whose outputs were processed."""
-        pending = {id(s) for s in list(self._by_batch.values())}
+        pending = {id(s) for s in list(self._inflight)}
         return [
             s
             for s in list(self.steps)
             if s.decode and (batch_size is None or s.batch_size == batch_size) and id(s) not in pending
         ]
+
+
+def _lengths(obj: Any) -> tuple[list[int], list[int]] | None:
+    """(extend_lens, prefix_lens) on the host, from a batch or a step input holding one."""
+    for cand in (obj, *(getattr(obj, n, None) for n in ("batch", "forward", "fb", "step", "inputs"))):
+        ext, pre = getattr(cand, "extend_lens", None), getattr(cand, "prefix_lens", None)
+        if ext is not None and pre is not None:
+            return [int(e) for e in ext], [int(p) for p in pre]
+    return None
+
+
+def _describe(batch: Any, t0: float, index: int) -> Step:
+    lens = _lengths(batch)
+    ext, pre = lens if lens is not None else ([], [])
+    kv_lens = [p + e for p, e in zip(pre, ext)] if len(pre) == len(ext) and ext else None
+    kv_idx = getattr(batch, "kv_indices", None)
+    kv = len(kv_idx) if kv_idx is not None else (sum(kv_lens) if kv_lens else None)
+    return Step(index, t0, len(ext), sum(ext), kv, bool(ext) and all(e == 1 for e in ext), kv_lens)
 
 
 def median_ms(xs: list[float]) -> float:
