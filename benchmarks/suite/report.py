@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import environment, format_table
+from benchmarks.common import _version, environment, format_table
 
 
 class Recorder:
@@ -29,7 +29,12 @@ class Recorder:
             "source_sha256": prov["source_sha256"],
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "dtype": dtype,
-            "versions": env["versions"] | {"cuda": torch.version.cuda},
+            "versions": env["versions"]
+            | {
+                "cuda": torch.version.cuda,
+                "triton": _version("triton"),
+                "flashinfer": _version("flashinfer-python"),
+            },
             "quick": quick,
         }
         self.out_files = out_files
