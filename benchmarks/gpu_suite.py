@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> Path:
     target = make_target(args.device)
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.chunk_sizes:
-        sizes = replace(sizes, chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",")))
+        # Largest first: without W1 in the run, the first size's W1 sets the one W4 rate.
+        chunk_sizes = tuple(sorted({int(c) for c in args.chunk_sizes.split(",")}, reverse=True))
+        sizes = replace(sizes, chunk_sizes=chunk_sizes)
     import torch
 
     gpu = target.device == "cuda" and "H200" in torch.cuda.get_device_name()
