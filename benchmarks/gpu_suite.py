@@ -100,6 +100,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="cProfile the worker in W1 and at the host table's largest batch",
     )
+    ap.add_argument("--name", default="", help="file stem (default: h200 / gpu / suite_cpu, + _quick)")
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> Path:
     stem = ("h200" if gpu else "gpu" if target.device == "cuda" else "suite_cpu") + (
         "_quick" if args.quick else ""
     )
-    out = Path(args.out) / f"{stem}.jsonl"
+    out = Path(args.out) / f"{args.name or stem}.jsonl"
     rec = Recorder([out], target.device, target.dtype, args.quick)
     head = rec.head
     print(f"suite: {target}, commit {head['commit']} ({head['commit_source']}, dirty={head['dirty']})")
