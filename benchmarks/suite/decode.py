@@ -68,15 +68,19 @@ def w5(ctx: Ctx, spec: str) -> None:
             rec("W5", name, setting, "output_tok_s", n * s.w5_out / wall, **extra)
             kv = [x.kv_tokens for x in steps if x.kv_tokens is not None]
             kv_bytes = statistics.median(kv) * per_token if kv else None
-            bound = (weights + kv_bytes) / HBM_BYTES_S * 1000 if kv_bytes and t.device == "cuda" else None
+            gpu = kv_bytes is not None and t.device == "cuda"
+            bound = (weights + kv_bytes) / HBM_BYTES_S * 1000 if gpu else None
+            once = (s.w5_prefix + n * (s.w5_own + s.w5_out / 2)) * per_token  # at the middle step
+            bound_once = (weights + once) / HBM_BYTES_S * 1000 if gpu else None
             rec(
                 "W5",
                 name,
                 setting,
                 "ms_per_decode_step",
                 ms_step,
-                definition="wall / output tokens",
+                definition="wall / decode steps",
                 bound=bound,
+                bound_prefix_read_once=bound_once,
             )
             if prof:
                 rec(
@@ -89,7 +93,6 @@ def w5(ctx: Ctx, spec: str) -> None:
                     host_ms=round(prof["host_ms"], 4),
                 )
             if kv_bytes is not None:
-                once = (s.w5_prefix + n * (s.w5_own + s.w5_out / 2)) * per_token  # at the middle step
                 rec(
                     "W5",
                     name,
