@@ -113,6 +113,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
     target = make_target(args.device)
+    if target.device == "cpu" and args.quick:
+        import torch
+
+        torch.set_num_threads(1)  # tiny ops: OpenMP fork/join on a shared CPU costs more than it gives
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.chunk_sizes:
         # Largest first: without W1 in the run, the first size's W1 sets the one W4 rate.
