@@ -34,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.suite import correctness as corr  # noqa: E402
@@ -114,16 +116,12 @@ def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
     target = make_target(args.device)
     if target.device == "cpu" and args.quick:
-        import torch
-
         torch.set_num_threads(1)  # tiny ops: OpenMP fork/join on a shared CPU costs more than it gives
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.chunk_sizes:
         # Largest first: without W1 in the run, the first size's W1 sets the one W4 rate.
         chunk_sizes = tuple(sorted({int(c) for c in args.chunk_sizes.split(",")}, reverse=True))
         sizes = replace(sizes, chunk_sizes=chunk_sizes)
-    import torch
-
     gpu = target.device == "cuda" and "H200" in torch.cuda.get_device_name()
     stem = ("h200" if gpu else "gpu" if target.device == "cuda" else "suite_cpu") + (
         "_quick" if args.quick else ""
