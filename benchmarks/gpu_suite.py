@@ -103,6 +103,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="cProfile the worker in W1 and at the host table's largest batch",
     )
     ap.add_argument("--name", default="", help="file stem (default: h200 / gpu / suite_cpu, + _quick)")
+    ap.add_argument("--w4-rates", default="", help="fixed W4 rates besides saturation, e.g. 4 (~70 s each)")
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> Path:
         # Largest first: without W1 in the run, the first size's W1 sets the one W4 rate.
         chunk_sizes = tuple(sorted({int(c) for c in args.chunk_sizes.split(",")}, reverse=True))
         sizes = replace(sizes, chunk_sizes=chunk_sizes)
+    if args.w4_rates:
+        sizes = replace(sizes, w4_rates=tuple(float(r) for r in args.w4_rates.split(",")))
     gpu = target.device == "cuda" and "H200" in torch.cuda.get_device_name()
     stem = ("h200" if gpu else "gpu" if target.device == "cuda" else "suite_cpu") + (
         "_quick" if args.quick else ""

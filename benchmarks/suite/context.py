@@ -28,6 +28,7 @@ class Sizes:
     w2_turns: tuple[int, int, int] = (64, 8, 64)  # conversations, turns, tokens per turn (in and out)
     w3_idle_bs: int = 128
     w4_n: int = 256
+    w4_rates: tuple[float, ...] = ()  # fixed rates besides saturation (W4 also names 4 req/s)
     w5_prefix: int = 4096
     w5_own: int = 8
     w5_out: int = 256

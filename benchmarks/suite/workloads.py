@@ -229,22 +229,20 @@ def poisson_delays(n: int, rate: float, seed: int = 4) -> list[float]:
 
 
 def w4(ctx: Ctx, spec: str) -> None:
+    """Near saturation (90% of the W1 request rate), then at each of `Sizes.w4_rates` (req/s)."""
     t, s, rec = ctx.target, ctx.sizes, ctx.rec
     name = t.name(spec)
     reqs = w1_requests(s.w4_n, s.w1_lo, s.w1_hi, t.vocab(spec))
+    runs = []
     with running_engine(t.config(spec)) as (engine, loop):
         run_offline(engine, loop, reqs[:8])
         rate, why = saturation_rate(ctx, spec, engine, loop)
-        loop.run_until_complete(engine.flush_cache())
-        streamed = run_streaming(engine, loop, reqs, poisson_delays(len(reqs), rate))
-    for metric, xs in (("ttft", streamed.ttft), ("tbt", streamed.tbt)):
-        p50, p99 = p50_p99_ms(xs)
-        rec("W4", name, f"rate={rate:.2f}/s", f"{metric}_p50_ms", p50, rate_from=why)
-        rec(
-            "W4",
-            name,
-            f"rate={rate:.2f}/s",
-            f"{metric}_p99_ms",
-            p99,
-            target=3 * p50 if metric == "tbt" else None,
-        )
+        for r, src in [(rate, why), *((x, "fixed") for x in s.w4_rates)]:
+            loop.run_until_complete(engine.flush_cache())
+            runs.append((r, src, run_streaming(engine, loop, reqs, poisson_delays(len(reqs), r))))
+    for r, src, streamed in runs:
+        for metric, xs in (("ttft", streamed.ttft), ("tbt", streamed.tbt)):
+            p50, p99 = p50_p99_ms(xs)
+            setting = f"rate={r:.2f}/s"
+            rec("W4", name, setting, f"{metric}_p50_ms", p50, rate_from=src)
+            rec("W4", name, setting, f"{metric}_p99_ms", p99, target=3 * p50 if metric == "tbt" else None)
