@@ -31,6 +31,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,15 +69,15 @@ def plan(ctx: Ctx, only: set[str]) -> list[tuple[str, Callable[[], Any]]]:
         if t.device == "cuda":
             tiny = corr.tiny_checkpoint(Path("/tmp/radixserve-suite/tiny-random-llama"))
             steps.append(
-                ("correctness tiny", lambda: corr.correctness(ctx, tiny, ["flashinfer", "triton", "torch"]))
+                ("correctness tiny", partial(corr.correctness, ctx, tiny, ["flashinfer", "triton", "torch"]))
             )
             steps += [
-                (f"correctness {m}", lambda m=m: corr.correctness(ctx, m, ["flashinfer", "triton"]))
+                (f"correctness {m}", partial(corr.correctness, ctx, m, ["flashinfer", "triton"]))
                 for m in models
             ]
         else:
-            steps.append(("correctness", lambda: corr.correctness(ctx, small, ["torch"])))
-    for key, fn, specs in (
+            steps.append(("correctness", partial(corr.correctness, ctx, small, ["torch"])))
+    sections: list[tuple[str, Callable[[Ctx, str], None], list[str]]] = [
         ("w1", workloads.w1, models),
         ("w2", workloads.w2, [large]),
         ("w3", workloads.w3, [small]),
@@ -85,9 +86,10 @@ def plan(ctx: Ctx, only: set[str]) -> list[tuple[str, Callable[[], Any]]]:
         ("host", decode.host_steps, [small]),
         ("pages", knobs.pages, [large]),
         ("chunks", knobs.chunks, [large]),
-    ):
+    ]
+    for key, fn, specs in sections:
         if key in only:
-            steps += [(f"{key} {t.name(m)}", lambda fn=fn, m=m: fn(ctx, m)) for m in specs]
+            steps += [(f"{key} {t.name(m)}", partial(fn, ctx, m)) for m in specs]
     return steps
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.suite.context import Ctx
-from benchmarks.suite.engines import greedy, running_engine
+from benchmarks.suite.engines import greedy, one, running_engine
 from benchmarks.suite.peer import hf_twin
 
 
@@ -29,7 +29,7 @@ def correctness(ctx: Ctx, spec: str, backends: list[str]) -> None:
         cfg = t.config(spec, attention_backend=backend, cuda_graph=backend == "flashinfer")
         with running_engine(cfg) as (engine, loop):
             outs = loop.run_until_complete(engine.generate_many(prompts, greedy(n_tokens)))
-        ours[backend] = [list(o.token_ids) for o in outs]
+        ours[backend] = [list(one(o).token_ids) for o in outs]
     hf = hf_twin(t, spec)
 
     def predict(seqs: list[list[int]]) -> list[list[int]]:

@@ -29,7 +29,8 @@ HBM_BYTES_S = 4.3e12
 
 
 def weight_bytes(engine: AsyncEngine) -> int:
-    return sum(p.numel() * p.element_size() for p in engine.loaded.model.parameters())  # type: ignore[union-attr]
+    assert engine.loaded is not None
+    return int(sum(p.numel() * p.element_size() for p in engine.loaded.model.parameters()))
 
 
 def w5(ctx: Ctx, spec: str) -> None:
@@ -68,10 +69,11 @@ def w5(ctx: Ctx, spec: str) -> None:
             rec("W5", name, setting, "output_tok_s", n * s.w5_out / wall, **extra)
             kv = [x.kv_tokens for x in steps if x.kv_tokens is not None]
             kv_bytes = statistics.median(kv) * per_token if kv else None
-            gpu = kv_bytes is not None and t.device == "cuda"
-            bound = (weights + kv_bytes) / HBM_BYTES_S * 1000 if gpu else None
             once = (s.w5_prefix + n * (s.w5_own + s.w5_out / 2)) * per_token  # at the middle step
-            bound_once = (weights + once) / HBM_BYTES_S * 1000 if gpu else None
+            bound = bound_once = None
+            if kv_bytes is not None and t.device == "cuda":
+                bound = (weights + kv_bytes) / HBM_BYTES_S * 1000
+                bound_once = (weights + once) / HBM_BYTES_S * 1000
             rec(
                 "W5",
                 name,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from radixserve import AsyncEngine, EngineConfig, SamplingParams
+from radixserve import AsyncEngine, EngineConfig, RequestOutput, SamplingParams
 
 TINY_DIR = Path("/tmp/radixserve-suite/tiny-llama-dummy")
 
@@ -117,6 +117,12 @@ def running_engine(cfg: EngineConfig) -> Iterator[tuple[AsyncEngine, asyncio.Abs
         free_memory()
 
 
+def one(out: RequestOutput | list[RequestOutput]) -> RequestOutput:
+    """The single output of an n=1 request (`complete()` returns a list only for n > 1)."""
+    assert not isinstance(out, list)
+    return out
+
+
 def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
 
@@ -128,7 +134,7 @@ def run_offline(
 
     async def go() -> int:
         outs = await asyncio.gather(*(engine.complete(ids, greedy(n)) for ids, n in reqs))
-        return sum(len(o.token_ids) for o in outs)
+        return sum(len(one(o).token_ids) for o in outs)
 
     t0 = time.perf_counter()
     n = loop.run_until_complete(go())

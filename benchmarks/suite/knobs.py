@@ -27,7 +27,15 @@ import statistics
 
 from benchmarks.common import best_hit_rate, w1_requests, w2_requests
 from benchmarks.suite.context import Ctx
-from benchmarks.suite.engines import greedy, p50_p99_ms, run_offline, run_streaming, running_engine, stats
+from benchmarks.suite.engines import (
+    greedy,
+    one,
+    p50_p99_ms,
+    run_offline,
+    run_streaming,
+    running_engine,
+    stats,
+)
 from benchmarks.suite.probes import StepProbe, host_profile
 from benchmarks.suite.workloads import poisson_delays
 from radixserve import AsyncEngine
@@ -54,7 +62,7 @@ def multi_turn(
         prompt = cached = 0
         for _ in range(turns):
             hist = hist + [rng.randrange(vocab) for _ in range(tok)]
-            out = await engine.complete(hist, greedy(tok))
+            out = one(await engine.complete(hist, greedy(tok)))
             prompt += out.usage.prompt_tokens
             cached += out.usage.cached_tokens
             hist = hist + list(out.token_ids)

@@ -59,16 +59,16 @@ class StepProbe:
     @classmethod
     def attach(cls, engine: AsyncEngine) -> StepProbe:
         probe = cls()
-        worker = engine._worker
-        sched = getattr(worker, "scheduler", None)
+        worker: Any = engine._worker  # private on purpose: there is no public per-step hook
+        sched: Any = getattr(worker, "scheduler", None)
         if callable(getattr(sched, "schedule", None)):
             sched.schedule = probe._wrap_schedule(sched.schedule)
         else:
             probe.missing.append("Scheduler.schedule")
         # The launch: Worker._launch(batch), else ModelRunner.launch(step input).
-        runner = getattr(worker, "runner", None)
+        runner: Any = getattr(worker, "runner", None)
         if callable(getattr(worker, "_launch", None)):
-            worker._launch = probe._wrap_launch(worker._launch)  # type: ignore[union-attr]
+            worker._launch = probe._wrap_launch(worker._launch)
         elif callable(getattr(runner, "launch", None)):
             runner.launch = probe._wrap_launch(runner.launch)
         else:
@@ -76,7 +76,7 @@ class StepProbe:
         # The outputs: Worker._finish_step(batch, handle) (wait timed apart), else
         # Scheduler.process (its caller waits first, so the wait is not seen).
         if callable(getattr(worker, "_finish_step", None)):
-            worker._finish_step = probe._wrap_finish(worker._finish_step, wait=True)  # type: ignore[union-attr]
+            worker._finish_step = probe._wrap_finish(worker._finish_step, wait=True)
         elif callable(getattr(sched, "process", None)):
             sched.process = probe._wrap_finish(sched.process, wait=False)
             probe.missing.append("Worker._finish_step (wait not measured)")
