@@ -3,7 +3,7 @@
     python benchmarks/bench_cpu.py [--quick] [--out benchmarks/results/cpu.json]
 
 Model: the embedded smollm2-135m-instruct, float32, CPU, torch's default
-thread count, for every engine. Workloads from ../shared/BENCHMARKS.md via
+thread count, for every engine. Workloads from BENCHMARKS.md's definitions via
 common.py (EOS ignored, greedy).
 
 W1-cpu (16 requests, input and output lengths in [16, 128]):

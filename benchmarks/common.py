@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark scripts: workloads, result records, tables.
 
-Workloads follow ../shared/BENCHMARKS.md exactly, so that figures from
+Workloads follow the definitions in BENCHMARKS.md exactly, so that figures from
 different machines can be set side by side. Nothing here imports torch or
 radixserve at module level: a GPU suite can reuse the generators and writers
 as they are.
@@ -19,6 +19,7 @@ Draw order (one `random.Random(seed)` stream, the same stream as
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -97,22 +98,63 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def git_commit(root: Path = ROOT) -> str | None:
-    """HEAD of the checkout, with "-dirty" when tracked files differ from it."""
+COMMIT_ENV = "RADIXSERVE_COMMIT"
+
+
+def provenance(root: Path = ROOT) -> dict[str, Any]:
+    """Which code ran, taken by the script itself.
+
+    `git rev-parse HEAD` and a dirty flag (`git status --porcelain`, tracked
+    files only) when `root` is a git checkout: `commit_source` is "git". On a
+    copied tree without git, the commit comes from the `RADIXSERVE_COMMIT`
+    environment variable if set, marked "env" (the script cannot verify it)
+    with `dirty` unknown (None); else the commit is None ("unknown").
+    `source_sha256` hashes the package and benchmark sources either way, so a
+    copied tree can be checked against a checkout afterwards.
+    """
+    out: dict[str, Any] = {"commit": None, "dirty": None, "commit_source": "unknown"}
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+        if Path(_git(root, "rev-parse", "--show-toplevel")).resolve() != root.resolve():
+            raise OSError("not the top of a checkout")  # a copy inside some other repository
+        head = _git(root, "rev-parse", "HEAD")
+        dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+        out.update(commit=head, dirty=bool(dirty), commit_source="git")
+    except (OSError, subprocess.SubprocessError):
+        env = os.environ.get(COMMIT_ENV, "").strip()
+        if env:
+            out.update(commit=env, commit_source=f"env {COMMIT_ENV} (no git here; not verified)")
+    out["source_sha256"] = source_hash(root)
+    return out
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+
+
+def source_hash(root: Path = ROOT) -> str:
+    """sha256 over the paths and bytes of radixserve/**/*.py and benchmarks/**/*.py, sorted."""
+    h = hashlib.sha256()
+    for sub in ("radixserve", "benchmarks"):
+        for f in sorted((root / sub).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def git_commit(root: Path = ROOT) -> str | None:
+    """HEAD of the checkout, with "-dirty" when tracked files differ from it; the env fallback
+    (marked "(env)") on a copied tree; None when neither is known."""
+    return commit_label(provenance(root))
+
+
+def commit_label(p: dict[str, Any]) -> str | None:
+    """One string for a `provenance()`: "<sha>", "<sha>-dirty", "<sha> (env)" or None."""
+    if p["commit"] is None:
         return None
-    return head + ("-dirty" if dirty else "")
+    if p["commit_source"] != "git":
+        return f"{p['commit']} (env)"
+    return p["commit"] + ("-dirty" if p["dirty"] else "")
 
 
 def load_average() -> tuple[float, float, float] | None:
@@ -135,9 +177,11 @@ def cpu_model() -> str | None:
 
 def environment() -> dict[str, Any]:
     """Versions, commit, date and machine, for the head of a result file."""
+    prov = provenance()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": commit_label(prov),
+        "provenance": prov,
         "versions": {
             "python": platform.python_version(),
             "torch": _version("torch"),

@@ -24,7 +24,7 @@ import io
 import json
 import os
 import platform
-import subprocess
+import sys
 import tarfile
 import time
 import traceback
@@ -35,9 +35,12 @@ from typing import Any
 
 import torch
 
-from radixserve.cache.kv_pool import KVPool, KVPoolConfig
-from radixserve.runtime.attention import AttentionBackend, TorchAttention
-from radixserve.runtime.forward_batch import ForwardBatch
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import commit_label, provenance  # noqa: E402
+from radixserve.cache.kv_pool import KVPool, KVPoolConfig  # noqa: E402
+from radixserve.runtime.attention import AttentionBackend, TorchAttention  # noqa: E402
+from radixserve.runtime.forward_batch import ForwardBatch  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "out"))
 DTYPE = torch.bfloat16
@@ -248,12 +251,10 @@ def versions() -> dict[str, str]:
         except Exception as e:  # report, don't fail: the table says what ran
             info[mod] = f"unavailable ({type(e).__name__})"
     info["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-    try:
-        info["commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except Exception:  # the device machine's copy of the tree may have no .git
-        info["commit"] = os.environ.get("COMMIT", "unknown")
+    prov = provenance()  # git HEAD + dirty; on a copy without .git, RADIXSERVE_COMMIT, marked so
+    info["commit"] = commit_label(prov) or "unknown"
+    info["commit_source"] = prov["commit_source"]
+    info["source_sha256"] = prov["source_sha256"]
     return info
 
 

@@ -105,3 +105,149 @@ def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
 
 def _positive(fig: dict[str, Any]) -> None:
     assert fig["seconds"] > 0 and fig["tok_s"] > 0 and fig["output_tokens"] > 0
+
+
+# ---- provenance ---------------------------------------------------------------------------------
+
+
+def test_provenance_from_git() -> None:
+    prov = common.provenance()
+    assert prov["commit_source"] == "git"
+    assert len(prov["commit"]) == 40 and int(prov["commit"], 16) >= 0
+    assert isinstance(prov["dirty"], bool)
+    assert common.git_commit() in (prov["commit"], prov["commit"] + "-dirty")
+
+
+def test_provenance_without_git_falls_back_to_the_env_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "radixserve").mkdir()
+    (tmp_path / "radixserve" / "a.py").write_text("x = 1\n")
+    monkeypatch.delenv(common.COMMIT_ENV, raising=False)
+    prov = common.provenance(tmp_path)
+    assert (prov["commit"], prov["dirty"], prov["commit_source"]) == (None, None, "unknown")
+    monkeypatch.setenv(common.COMMIT_ENV, "abc1234")
+    prov = common.provenance(tmp_path)
+    assert prov["commit"] == "abc1234" and prov["dirty"] is None
+    assert prov["commit_source"].startswith("env ") and "not verified" in prov["commit_source"]
+    assert common.commit_label(prov) == "abc1234 (env)"
+    before = prov["source_sha256"]
+    (tmp_path / "radixserve" / "a.py").write_text("x = 2\n")
+    assert common.provenance(tmp_path)["source_sha256"] != before
+
+
+# ---- the GPU suite, on the CPU ------------------------------------------------------------------
+
+
+def _load_suite(name: str) -> Any:
+    sys.path.insert(0, str(BENCH.parent))
+    import importlib
+
+    return importlib.import_module(f"benchmarks.suite.{name}")
+
+
+def test_suite_arithmetic() -> None:
+    knobs = _load_suite("knobs")
+    assert knobs.paged_waste([16, 32], 16) == 0.0
+    assert knobs.paged_waste([17], 16) == pytest.approx(15 / 32)
+    assert knobs.paged_waste([1, 1], 1) == 0.0
+    # 2 turns of 4 tokens: prompts 4 and 4+4+4=12; turn 2 can reuse 4+4-1 = 7 tokens.
+    assert knobs.multi_turn_best(2, 4) == pytest.approx(7 / 16)
+    probes = _load_suite("probes")
+    steps = [probes.Step(i, 0.01 * i, 2, 2, 10, True, [5, 5], 1e-3, 2e-3, 1e-3, 5e-3) for i in range(3)]
+    prof = probes.host_profile(steps)
+    assert prof["host_ms"] == pytest.approx(4.0) and prof["wait_ms"] == pytest.approx(5.0)
+    assert prof["step_period_ms"] == pytest.approx(10.0) and prof["steps"] == 3
+
+
+def test_gpu_suite_sections_are_selectable() -> None:
+    sys.path.insert(0, str(BENCH.parent))
+    import importlib
+
+    suite = importlib.import_module("benchmarks.gpu_suite")
+    assert suite.parse(["--only", "w5,pages"]).only_set == {"w5", "pages"}
+    assert suite.parse([]).only_set == set(suite.SECTIONS)
+    with pytest.raises(SystemExit):
+        suite.parse(["--only", "w9"])
+
+
+def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_suite.py"), "--quick", "--device", "cpu", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "FAILED" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = [json.loads(line) for line in (tmp_path / "suite_cpu_quick.jsonl").read_text().splitlines()]
+    assert (tmp_path / "suite_cpu_quick.table.md").read_text().startswith("| workload")
+    for r in recs:
+        assert r["commit_source"] == "git" and len(r["commit"]) == 40 and isinstance(r["dirty"], bool)
+        assert r["device"] == "cpu" and r["dtype"] == "float32" and r["quick"] is True
+    workloads = {r["workload"] for r in recs}
+    assert workloads == {"correctness", "W1", "W1-peer", "W2", "W3", "W4", "W5", "host", "pages", "chunks"}
+
+    def get(workload: str, setting: str, metric: str) -> dict[str, Any]:
+        (hit,) = [
+            r for r in recs if (r["workload"], r["setting"], r["metric"]) == (workload, setting, metric)
+        ]
+        return hit
+
+    # float32 on the CPU: radixserve's greedy tokens are transformers' own.
+    assert get("correctness", "backend=torch", "top1_agreement")["value"] == 1.0
+    assert get("W1", "radixserve streaming", "output_tok_s")["value"] > 0
+    ratio = [r for r in recs if r["workload"] == "W1-peer" and r["metric"] == "ratio"]
+    assert len(ratio) == 1 and ratio[0]["swept"] and ratio[0]["value"] > 0
+    # W5 (quick: prefix 128 + 8 own tokens, 8 out, N = 4 and 8), K/V read per step from kv_indices.
+    for n in (4, 8):
+        kv = get("W5", f"N={n} cascade=off", "kv_bytes_per_decode_step")
+        assert kv["bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 heads of 16, float32
+        assert n * (128 + 8) <= kv["kv_tokens"] <= n * (128 + 8 + 8)
+        assert kv["value"] == kv["kv_tokens"] * kv["bytes_per_token"]
+        assert get("W5", f"N={n} cascade=off", "output_tok_s")["prefix_cached_frac"] == 1.0
+    for bs in (4, 8):
+        host = get("host", f"batch={bs} ctx=32", "host_ms_per_decode_step")
+        assert host["value"] > 0 and host["steps"] > 0 and "missing_hooks" not in host
+    p1, p16 = (get("pages", f"page={p}", "multi_turn_hit_rate") for p in (1, 16))
+    assert 0 < p16["value"] < p1["value"] <= p1["bound"] + 1e-4  # values rounded to 4 places
+    for p in (1, 16):
+        assert get("pages", f"page={p}", "kv_slots_lost")["value"] == 0
+        w2 = get("pages", f"page={p}", "w2_hit_rate")
+        assert 0 < w2["value"] <= w2["bound"] + 1e-4
+    assert get("pages", "page=1", "paged_pool_waste_frac")["value"] == 0.0
+    rates = {r["rate"] for r in recs if r["workload"] == "chunks" and "rate" in r}
+    assert len(rates) == 1  # every chunk size meets the same load
+
+
+def test_step_probe_finds_its_hooks_or_falls_back() -> None:
+    from types import SimpleNamespace
+
+    probes = _load_suite("probes")
+    batch = SimpleNamespace(extend_lens=[1, 1], prefix_lens=[3, 4])
+    calls: list[str] = []
+
+    def make(with_worker_hooks: bool) -> Any:
+        sched = SimpleNamespace(schedule=lambda inflight=False: batch, process=lambda b, r: calls.append("p"))
+        runner = SimpleNamespace(launch=lambda fb: calls.append("l"))
+        worker = SimpleNamespace(scheduler=sched, runner=runner)
+        if with_worker_hooks:
+            worker._launch = lambda b: runner.launch(b)
+            worker._finish_step = lambda b, h: sched.process(b, None)
+        return SimpleNamespace(_worker=worker)
+
+    for hooks in (True, False):
+        engine = make(hooks)
+        probe = probes.StepProbe.attach(engine)
+        w = engine._worker
+        b = w.scheduler.schedule()
+        (w._launch if hooks else w.runner.launch)(b)
+        assert probe.decode_steps(2) == []  # launched, outputs not processed yet
+        if hooks:
+            w._finish_step(b, SimpleNamespace(event=None))
+        else:
+            w.scheduler.process(b, None)
+        (step,) = probe.decode_steps(2)
+        assert (step.kv_tokens, step.kv_lens, step.num_tokens) == (9, [4, 5], 2)
+        assert probe.missing == ([] if hooks else ["Worker._finish_step (wait not measured)"])
+    assert calls == ["l", "p", "l", "p"]

@@ -1,0 +1,106 @@
+"""The transformers peer on the same weights, given its best: warmed up, batch size swept.
+
+`hf_twin` builds a transformers model holding exactly the engine's dummy
+weights (`checkpoint_views`). `sweep` runs padded `generate` (left padding,
+longest outputs first, each batch run to its longest output with only the
+tokens each request asked for counted) at each batch size, largest first,
+and stops at the first size slower than the one before it (padded decode
+gets cheaper per token as the batch grows, until it does not) or when the
+time budget is spent; what was skipped, and why, is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from benchmarks.suite.engines import Target, free_memory, load_format
+from radixserve.model.loader import load_model
+from radixserve.model.weights import checkpoint_views
+
+Req = tuple[list[int], int]
+
+
+def hf_twin(target: Target, spec: str) -> Any:
+    """A transformers model holding exactly the weights of the engine's `spec` (same dtype and device)."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, target.dtype)
+    loaded = load_model(spec, dtype, target.device, load_format=load_format(spec))
+    with torch.device(target.device):  # real init (buffers like rotary inv_freq), then our weights
+        hf = AutoModelForCausalLM.from_config(loaded.hf_config, dtype=dtype)
+    missing, unexpected = hf.load_state_dict(checkpoint_views(loaded.model), strict=False)
+    assert not unexpected, unexpected
+    assert all("lm_head" in m for m in missing), missing  # tied: lm_head reads the embedding
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 0
+    del loaded
+    free_memory()
+    return hf.eval()
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def hf_generate(hf: Any, reqs: list[Req], batch: int, device: str) -> tuple[float, int]:
+    """(output tok/s, tokens computed) of padded `generate` in batches of `batch`."""
+    order = sorted(reqs, key=lambda r: -r[1])  # longest outputs first: least padding waste
+    _sync(device)
+    t0 = time.perf_counter()
+    useful = computed = 0
+    for i in range(0, len(order), batch):
+        chunk = order[i : i + batch]
+        width = max(len(ids) for ids, _ in chunk)
+        ids = torch.zeros((len(chunk), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, (p, _) in enumerate(chunk):  # left padding
+            ids[r, width - len(p) :] = torch.tensor(p)
+            mask[r, width - len(p) :] = 1
+        n_out = max(n for _, n in chunk)
+        with torch.inference_mode():
+            hf.generate(
+                ids.to(device),
+                attention_mask=mask.to(device),
+                do_sample=False,
+                max_new_tokens=n_out,
+                min_new_tokens=n_out,
+            )
+        useful += sum(n for _, n in chunk)
+        computed += n_out * len(chunk)
+    _sync(device)
+    return useful / (time.perf_counter() - t0), computed
+
+
+@dataclass
+class SweepResult:
+    tok_s: dict[int, float] = field(default_factory=dict)  # batch size -> output tok/s
+    computed: dict[int, int] = field(default_factory=dict)  # tokens computed (padding included)
+    skipped: dict[int, str] = field(default_factory=dict)  # batch size -> why it did not run
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> int:
+        return max(self.tok_s, key=lambda b: self.tok_s[b])
+
+
+def sweep(hf: Any, reqs: list[Req], batch_sizes: list[int], device: str, budget_s: float) -> SweepResult:
+    res = SweepResult()
+    t_start = time.perf_counter()
+    hf_generate(hf, [(ids[:32], 4) for ids, _ in reqs[:2]], 2, device)  # warm-up: kernels, allocator
+    for b in sorted(set(batch_sizes), reverse=True):
+        spent = time.perf_counter() - t_start
+        if res.tok_s and spent > budget_s:
+            res.skipped[b] = f"time budget {budget_s:.0f} s spent ({spent:.0f} s)"
+            continue
+        prev = min(res.tok_s) if res.tok_s else None
+        if prev is not None and res.tok_s[prev] < max(res.tok_s.values()):
+            res.skipped[b] = f"batch {prev} was already slower than batch {res.best}"
+            continue
+        res.tok_s[b], res.computed[b] = hf_generate(hf, reqs, b, device)
+    res.seconds = time.perf_counter() - t_start
+    return res
