@@ -1,0 +1,1 @@
+"""The frontend language: SGLang's `gen` / `select` / `fork` programs, run in process."""
