@@ -49,6 +49,9 @@ class GenParams:
     regex: str | None = None
     json_schema: str | None = None
     ebnf: str | None = None
+    # "int", "float", "str" or "bool" (gen(dtype=...)): the backend constrains the text to
+    # that form (a regex where it has structured output) or raises NotImplementedError.
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
