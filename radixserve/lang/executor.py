@@ -34,6 +34,13 @@ from radixserve.lang.ir import (
 )
 
 _END = object()
+
+
+class _InBody(threading.local):
+    active = False  # True in a thread while it runs a program's body
+
+
+IN_BODY = _InBody()
 _DTYPES = {int: "int", float: "float", str: "str", bool: "bool", "int": "int", "float": "float"}
 _DTYPES.update({"str": "str", "bool": "bool"})
 
@@ -166,15 +173,23 @@ class Executor:
         self._changed()
 
     def _changed(self) -> None:
+        """Wake every reader (from any thread): blocking ones and async iterators."""
         with self.cv:
             self.version += 1
             self.cv.notify_all()
             listeners = list(self._listeners)
         for loop, ev in listeners:
-            if loop is self.loop:
+            if _on_loop_thread(loop):
                 ev.set()
             else:
                 loop.call_soon_threadsafe(ev.set)
+
+    def wait_for_name(self, name: str, table: dict[str, Any]) -> None:
+        """Outside the program's body, a name not set yet may still come: wait for it."""
+        if IN_BODY.active:
+            return
+        with self.cv:
+            self.cv.wait_for(lambda: name in table or self.done.done())
 
     def _fill(self, value: str) -> None:
         self.text += value

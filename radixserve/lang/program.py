@@ -15,7 +15,7 @@ from typing import Any
 
 from radixserve.lang.backend import Backend, GenParams
 from radixserve.lang.chat_template import ChatTemplate
-from radixserve.lang.executor import Executor, ProgramError
+from radixserve.lang.executor import IN_BODY, Executor, ProgramError
 from radixserve.lang.state import ProgramState
 
 
@@ -41,6 +41,7 @@ class Program:
 
     def run_body(self, func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         """Run the body (in the current thread), then end every state it made."""
+        IN_BODY.active = True
         try:
             self.state.ret_value = func(self.state, **kwargs)
         except BaseException as e:  # the program's own code failed: stop its queued work too
@@ -50,6 +51,7 @@ class Program:
                     if ex.error is None:
                         ex.error = e
         finally:
+            IN_BODY.active = False
             with self._lock:
                 executors = list(self.executors)
             for ex in executors:

@@ -110,6 +110,7 @@ class ProgramState:
 
     def get_var(self, name: str) -> Any:
         self.sync()
+        self._exec.wait_for_name(name, self._exec.variables)
         if name not in self._exec.variables:
             self._check()
             raise KeyError(f"the program has no variable {name!r}")
@@ -123,6 +124,7 @@ class ProgramState:
         """prompt_tokens, completion_tokens, cached_tokens, finish_reason (and logprobs when
         asked) of the gen or select that set `name`."""
         self.sync()
+        self._exec.wait_for_name(name, self._exec.meta)
         if name not in self._exec.meta:
             self._check()
             raise KeyError(f"the program has no gen or select named {name!r}")
@@ -236,7 +238,11 @@ class ProgramStateGroup:
             st._exec.done.result()
         parent = self.parent._exec
         parent.wait()
-        before = set(parent.variables)
-        for st in self.states:
-            for k in st._exec.variables.keys() - before:
-                parent.variables.setdefault(k, []).append(st._exec.variables[k])
+        with parent.cv:
+            before = set(parent.variables)
+            for st in self.states:
+                for k in st._exec.variables.keys() - before:
+                    parent.variables.setdefault(k, []).append(st._exec.variables[k])
+                    if k in st._exec.meta:
+                        parent.meta.setdefault(k, []).append(st._exec.meta[k])
+        parent._changed()
