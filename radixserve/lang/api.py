@@ -43,13 +43,13 @@ def gen(
     n: int | None = None,
     stop: str | Sequence[str] | None = None,
     stop_token_ids: Sequence[int] | None = None,
+    stop_regex: str | Sequence[str] | None = None,
     temperature: float | None = None,
     top_p: float | None = None,
     top_k: int | None = None,
     min_p: float | None = None,
     frequency_penalty: float | None = None,
     presence_penalty: float | None = None,
-    repetition_penalty: float | None = None,
     ignore_eos: bool | None = None,
     return_logprob: bool | None = None,
     logprob_start_len: int | None = None,
@@ -62,9 +62,12 @@ def gen(
     json_schema: Any = None,
     ebnf: str | None = None,
     seed: int | None = None,
+    repetition_penalty: float | None = None,
 ) -> Expr:
     """Generate text into variable `name`; a value left None comes from run()'s defaults.
     With `choices` it is a `select`; regex/json_schema/ebnf/dtype constrain the text."""
+    if stop_regex is not None:
+        raise NotImplementedError("gen(stop_regex=...) is not supported; use stop strings or regex")
     if choices:
         return select(name, choices, temperature or 0.0, choices_method or token_length_normalized)
     if regex is not None:
@@ -77,14 +80,14 @@ def gen(
     return Gen(name, overrides, dtype)
 
 
-def gen_int(name: str | None = None, **kwargs: Any) -> Expr:
+def gen_int(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
     """An integer (the variable holds its text, as in SGLang: `int(s[name])`)."""
-    return gen(name, dtype=int, **kwargs)
+    return gen(name, max_tokens, dtype=int, **kwargs)
 
 
-def gen_string(name: str | None = None, **kwargs: Any) -> Expr:
+def gen_string(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
     """A double-quoted string."""
-    return gen(name, dtype=str, **kwargs)
+    return gen(name, max_tokens, dtype=str, **kwargs)
 
 
 def select(

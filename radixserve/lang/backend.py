@@ -56,9 +56,11 @@ class GenParams:
 
 @dataclass(frozen=True)
 class GenResult:
-    """One completion. `meta_info` has at least prompt_tokens, completion_tokens,
-    cached_tokens and finish_reason ("stop", "length", "abort"); with return_logprob also
-    output_token_logprobs (and input_token_logprobs with logprob_start_len)."""
+    """One completion. `meta_info` (SGLang's shape) has at least prompt_tokens,
+    completion_tokens, cached_tokens and finish_reason ({"type": "stop", "matched": ...},
+    {"type": "length", "length": n}); with return_logprob also output_token_logprobs
+    and output_top_logprobs, with logprob_start_len input_token_logprobs (TokenLogprob
+    lists). A failed request raises instead of returning {"type": "abort"}."""
 
     text: str
     meta_info: dict[str, Any] = field(default_factory=dict)

@@ -41,7 +41,7 @@ class Program:
 
     def run_body(self, func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         """Run the body (in the current thread), then end every state it made."""
-        IN_BODY.active = True
+        outer, IN_BODY.active = IN_BODY.active, True  # a program may run another in its body
         try:
             self.state.ret_value = func(self.state, **kwargs)
         except BaseException as e:  # the program's own code failed: stop its queued work too
@@ -51,7 +51,7 @@ class Program:
                     if ex.error is None:
                         ex.error = e
         finally:
-            IN_BODY.active = False
+            IN_BODY.active = outer
             with self._lock:
                 executors = list(self.executors)
             for ex in executors:
