@@ -106,7 +106,7 @@ class Executor:
                 return
         self.submit(_END)
 
-    def wait(self, timeout: float | None = None) -> None:
+    def wait(self) -> None:
         """Block until everything submitted so far is done (never call it on the loop's thread)."""
         target = self.submitted
         if self.completed >= target or self.done.done():
@@ -117,8 +117,10 @@ class Executor:
                 "read it after `await fn.arun(...)` or `await state.finished()`, or from its own body"
             )
         with self.cv:
-            if not self.cv.wait_for(lambda: self.completed >= target or self.done.done(), timeout):
-                raise TimeoutError("the program state did not finish in time")
+            while not (self.completed >= target or self.done.done()):
+                # Woken on every change; the timeout only notices a loop that stopped under us.
+                self.cv.wait(0.5)
+                check_running(self.loop)
 
     async def finished(self) -> None:
         """Wait, from any event loop, until the state has ended and all its work is done."""
@@ -195,7 +197,9 @@ class Executor:
         if IN_BODY.active:
             return
         with self.cv:
-            self.cv.wait_for(lambda: name in table or self.done.done())
+            while not (name in table or self.done.done()):
+                self.cv.wait(0.5)
+                check_running(self.loop)
 
     def _fill(self, value: str) -> None:
         self.text += value
@@ -310,6 +314,20 @@ def _as_tuple(stop: Any) -> tuple[str, ...]:
     if stop is None:
         return ()
     return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def check_running(loop: asyncio.AbstractEventLoop) -> None:
+    if loop.is_closed() or not loop.is_running():
+        raise RuntimeError("the event loop running the program stopped (was the engine closed?)")
+
+
+def wait_future(fut: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> Any:
+    """`fut.result()` that gives up when `loop`, which should settle it, has stopped."""
+    while True:
+        try:
+            return fut.result(timeout=0.5)
+        except concurrent.futures.TimeoutError:
+            check_running(loop)
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:

@@ -14,6 +14,7 @@ from radixserve.lang.backend import Backend, GenParams
 from radixserve.lang.bridge import call_async, call_sync, loop_for_async, loop_for_sync
 from radixserve.lang.chat_template import ChatTemplate
 from radixserve.lang.defaults import resolve_backend
+from radixserve.lang.executor import wait_future
 from radixserve.lang.prefix import common_prefix
 from radixserve.lang.program import Program
 from radixserve.lang.state import ProgramState
@@ -128,7 +129,7 @@ class SglFunction:
             threading.Thread(target=prog.run_body, args=(self.func, prog_kw), daemon=True).start()
             return prog.state
         prog.run_body(self.func, prog_kw)
-        prog.finished.result()
+        wait_future(prog.finished, loop)
         return prog.result()
 
     def run_batch(
@@ -157,7 +158,7 @@ class SglFunction:
         def one(kw: dict[str, Any]) -> ProgramState:
             prog = Program(be, loop, defaults, template, False)
             prog.run_body(self.func, kw)
-            prog.finished.result()
+            wait_future(prog.finished, loop)
             _settle(prog)
             if bar is not None:
                 bar.update(1)

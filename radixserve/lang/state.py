@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from radixserve.lang.executor import Executor, ProgramError
+from radixserve.lang.executor import Executor, ProgramError, check_running, wait_future
 from radixserve.lang.ir import (
     CachePrefix,
     Concat,
@@ -166,7 +166,8 @@ class ProgramState:
         while True:
             with ex.cv:
                 while ex.version == seen:
-                    ex.cv.wait()
+                    ex.cv.wait(0.5)
+                    check_running(ex.loop)
                 seen = ex.version
             cur, finished = self._snapshot(var_name)
             if len(cur) > prev:
@@ -240,7 +241,7 @@ class ProgramStateGroup:
             self.parent.sync()
             return
         for st in self.states:
-            st._exec.done.result()
+            wait_future(st._exec.done, st._exec.loop)
         parent = self.parent._exec
         parent.wait()
         with parent.cv:

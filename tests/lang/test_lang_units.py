@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
 import radixserve.lang as sgl
 from radixserve.lang.backend import ChoiceLogprobs
-from radixserve.lang.chat_template import PLAIN, template_from_renderer, template_from_tokenizer
+from radixserve.lang.chat_template import PLAIN, ChatTemplate, template_from_renderer, template_from_tokenizer
 from radixserve.lang.prefix import common_prefix
 
 
@@ -87,3 +91,85 @@ def test_common_prefix_stops_at_the_first_call_and_at_arguments() -> None:
         s += "Hi " + q + sgl.gen("a")
 
     assert common_prefix(short, [{"q": "a"}, {"q": "b"}], PLAIN) == ""
+
+
+class EchoBackend(sgl.Backend):
+    """A backend of our own on a loop of its own: generate echoes, or hangs when told to."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, hang: bool = False) -> None:
+        self._loop, self.hang, self.prompts = loop, hang, []  # type: ignore[var-annotated]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    async def chat_template(self) -> ChatTemplate:
+        return PLAIN
+
+    async def generate(self, prompt: str, params: sgl.GenParams) -> list[sgl.GenResult]:
+        self.prompts.append(prompt)
+        if self.hang:
+            await asyncio.Event().wait()
+        return [sgl.GenResult(f"<{len(prompt)}>", {"prompt_tokens": len(prompt)})] * params.n
+
+    async def stream(self, prompt: str, params: sgl.GenParams) -> AsyncIterator[sgl.StreamChunk]:
+        yield sgl.StreamChunk("x", True, {})
+
+    async def score_choices(self, prefix: str, choices: Sequence[str], unconditional: bool = False) -> Any:
+        return [ChoiceLogprobs([(-float(len(c)), 0, c)]) for c in choices]
+
+    async def cache_prefix(self, prefix: str) -> dict[str, Any]:
+        return {}
+
+    async def flush_cache(self) -> bool:
+        return True
+
+
+def loop_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    return loop, t
+
+
+def test_a_backend_of_ones_own() -> None:
+    loop, t = loop_thread()
+    be = EchoBackend(loop)
+
+    @sgl.function
+    def prog(s: Any) -> None:
+        s += sgl.user("hi")
+        s += sgl.assistant(sgl.gen("a") + sgl.select("b", ["long one", "short"]))
+
+    st = prog.run(backend=be)
+    assert st["a"] == f"<{len(PLAIN.prefix('user', True) + 'hi' + PLAIN.suffix('user') + 'Assistant: ')}>"
+    assert st["b"] == "short" and st.messages()[-1]["content"] == st["a"] + "short"
+    loop.call_soon_threadsafe(loop.stop)
+    t.join()
+
+
+def test_a_loop_that_stops_under_a_program_fails_it_instead_of_hanging() -> None:
+    loop, t = loop_thread()
+    be = EchoBackend(loop, hang=True)
+
+    @sgl.function
+    def prog(s: Any) -> None:
+        s += "x" + sgl.gen("a")
+        s += s["a"]
+
+    result: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            prog.run(backend=be)
+        except BaseException as e:
+            result.append(e)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    while not be.prompts:
+        time.sleep(0.05)
+    loop.call_soon_threadsafe(loop.stop)
+    t.join()
+    runner.join(timeout=30)
+    assert not runner.is_alive() and result and "stopped" in str(result[0])
