@@ -46,7 +46,7 @@ def _uvicorn_server(app: Any, sock: socket.socket, graceful_s: float, log_level:
         host=host,
         port=port,
         log_level=log_level,
-        timeout_graceful_shutdown=graceful_s,
+        timeout_graceful_shutdown=max(1, round(graceful_s)),
         lifespan="off",  # the engine's lifetime is ours, not the app's
         access_log=False,
     )
