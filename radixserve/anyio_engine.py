@@ -35,7 +35,7 @@ T = TypeVar("T")
 _END = object()
 
 
-def _soon_in_caller() -> Callable[..., None]:
+def _soon_in_caller() -> Callable[..., object]:
     """A thread-safe "call this soon" into the running loop, whichever library runs it."""
     try:
         return asyncio.get_running_loop().call_soon_threadsafe
