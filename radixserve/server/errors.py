@@ -95,6 +95,11 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         return error_response(exc.status_code, str(exc.detail))
 
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Still OpenAI's shape (Starlette logs the traceback); the message names the type only.
+        return error_response(500, f"internal server error ({type(exc).__name__})")
+
+    app.add_exception_handler(Exception, on_unexpected)
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -201,3 +201,20 @@ def test_metrics(live: ServerThread, http: httpx.Client) -> None:
     # A second app in the same process has its own registry: nothing collides, nothing is shared.
     other = create_app(live.engine)
     assert other.state.metrics.registry is not live.app.state.metrics.registry
+
+
+def test_engine_not_running_is_503() -> None:
+    """An app over an engine that was never started (or has stopped): 503, OpenAI's shape."""
+    from radixserve import AsyncEngine, EngineConfig
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        app = create_app(AsyncEngine(EngineConfig(model=MODEL)), api_key="k")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers={"authorization": "Bearer k"}
+        ) as c:
+            r = await c.post("/v1/chat/completions", json=CHAT)
+            return r.status_code, r.json()
+
+    status, body = asyncio.run(scenario())
+    assert status == 503 and body["error"]["code"] == "engine_unavailable"
