@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.server.conftest import MODEL
+from .conftest import MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,8 @@ import pytest
 
 from radixserve.server import ServerLimits, create_app
 from radixserve.server.runner import ServerThread
-from tests.server.conftest import API_KEY, LIMITS, MODEL, settled
+
+from .conftest import API_KEY, LIMITS, MODEL, settled
 
 AUTH = {"authorization": f"Bearer {API_KEY}"}
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}

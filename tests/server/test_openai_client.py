@@ -13,7 +13,8 @@ import pytest
 
 from radixserve import RequestOutput, SamplingParams
 from radixserve.server.runner import ServerThread
-from tests.server.conftest import MODEL, settled
+
+from .conftest import MODEL, settled
 
 CHAT = [{"role": "user", "content": "Name three fruits."}]
 

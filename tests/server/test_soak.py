@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from radixserve.server.runner import ServerThread
-from tests.server.conftest import API_KEY, LIMITS, settled
+
+from .conftest import API_KEY, LIMITS, settled
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
