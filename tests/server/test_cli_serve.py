@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .conftest import MODEL
 
@@ -66,8 +67,11 @@ def test_serve_streams_then_stops_cleanly_on_sigint() -> None:
             proc.wait()
 
 
-def test_serve_bad_arguments() -> None:
+def test_serve_bad_arguments_and_missing_model(capsys: pytest.CaptureFixture[str]) -> None:
     from radixserve.cli import main
 
     assert main(["serve", "--port", "70000"]) == 2
     assert main(["serve", "--max-queued-requests", "0"]) == 2
+    assert main(["serve", "--model", "/nonexistent/model", "--port", "0"]) == 1  # a one-line error, exit 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("radixserve: error: model '/nonexistent/model' not found")
