@@ -1,0 +1,1 @@
+"""The HTTP server: SGLang-native endpoints (`native.router`) over an `AsyncEngine`."""

@@ -1,0 +1,343 @@
+"""SGLang's native HTTP API over `app.state.engine`, so SGLang clients work unchanged.
+
+`/generate` (POST or PUT) takes `text` or `input_ids`, one prompt or a list,
+SGLang's `sampling_params`, logprob options and `stream`; it answers
+`{"text", "output_ids", "meta_info"}` (a list for a batch or `n > 1`), or with
+`stream` server-sent events of cumulative text ending in `data: [DONE]`.
+Also `/get_model_info` (`/model_info`), `/server_info` (`/get_server_info`),
+`/flush_cache`, `/health` and `/health_generate`. Errors are 4xx/5xx with
+`{"error": {"message", ...}}`; a request never leaves work behind: a client that
+disconnects aborts its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from radixserve.outputs import RequestOutput
+from radixserve.sampling_params import SamplingParams
+from radixserve.server.native_output import MetaBuilder, TokenTexts
+from radixserve.server.native_protocol import GenerateReqInput, Item, NativeError, resolve
+
+if TYPE_CHECKING:
+    from radixserve.engine import AsyncEngine
+
+T = TypeVar("T")
+router = APIRouter(tags=["sglang-native"])
+_HEALTH_TIMEOUT_S = 20.0
+_DEFAULT_MAX_N = 64
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before the answer was ready."""
+
+
+def _failure(e: BaseException) -> JSONResponse:
+    """The answer for an exception out of request handling (a per-request error, never a crash)."""
+    status = getattr(e, "status", None)  # NativeError, or the app's own errors (e.g. a full queue)
+    if isinstance(status, int):
+        return _error(status, str(e))
+    if isinstance(e, (ValueError, TypeError)):
+        return _error(400, str(e))
+    return _error(503, f"the engine cannot serve requests: {e}")
+
+
+def _engine(request: Request) -> AsyncEngine:
+    engine: AsyncEngine = request.app.state.engine
+    if not engine.healthy:
+        raise NativeError("the engine is not running", status=503)
+    return engine
+
+
+def _admit(request: Request, weight: int) -> Any:
+    """A place in the app's admission gate for `weight` completions (when the app has one)."""
+    gate = getattr(request.app.state, "gate", None)
+    return gate.enter(weight) if gate is not None else None
+
+
+def _release(ticket: Any) -> None:
+    if ticket is not None:
+        ticket.release()
+
+
+def _limit(request: Request, name: str, default: Any) -> Any:
+    settings = getattr(request.app.state, "settings", None)
+    return getattr(getattr(settings, "limits", None), name, default)
+
+
+class _Completion:
+    """One prompt of a request, tokenized, with the builders of its n answers."""
+
+    def __init__(self, item: Item, ids: list[int], first_index: int, texts: TokenTexts) -> None:
+        self.item = item
+        self.ids = ids
+        self.first_index = first_index
+        n = item.params.n
+        names = [item.rid] if n == 1 else [f"{item.rid}_{j}" for j in range(n)]
+        self.meta = [MetaBuilder(item, ids, name, texts) for name in names]
+
+
+def _prepare(request: Request, engine: AsyncEngine, body: Any) -> tuple[list[_Completion], bool, bool]:
+    """Validated completions, whether the answer is a list, and whether to stream."""
+    if not isinstance(body, dict):
+        raise NativeError("the request body must be a JSON object")
+    try:
+        req = GenerateReqInput.model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise NativeError(f"{where}: {first.get('msg')}" if where else str(first.get("msg"))) from None
+    items, batch = resolve(req, _limit(request, "max_n", _DEFAULT_MAX_N))
+    tok = engine.tokenizer
+    max_prompt = _limit(request, "max_prompt_tokens", None)
+    out: list[_Completion] = []
+    index = 0
+    for item in items:
+        if isinstance(item.prompt, str):
+            if tok is None:
+                raise NativeError("this model has no tokenizer: send input_ids")
+            ids = list(tok.encode(item.prompt, add_special_tokens=True))
+        else:
+            ids = item.prompt
+        if not ids:
+            raise NativeError("the prompt is empty")
+        if max_prompt is not None and len(ids) > max_prompt:
+            raise NativeError(
+                f"the prompt has {len(ids)} tokens, more than this server's limit of {max_prompt}"
+            )
+        if item.logprob_start_len > len(ids):
+            raise NativeError(
+                f"logprob_start_len={item.logprob_start_len} is more than the {len(ids)} prompt tokens"
+            )
+        out.append(_Completion(item, ids, index, TokenTexts(tok, req.return_text_in_logprobs)))
+        index += item.params.n
+    return out, batch, req.stream
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`; if the client leaves first, cancel it (which aborts its engine requests)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task not in done:
+        raise _ClientGone()
+    return task.result()
+
+
+async def _complete_all(engine: AsyncEngine, comps: list[_Completion]) -> list[RequestOutput]:
+    """Every completion's final outputs in answer order; the first failure cancels the rest."""
+
+    async def one(c: _Completion) -> list[RequestOutput]:
+        res = await engine.complete(c.ids, c.item.params, request_id=c.item.rid, extra_key=c.item.extra_key)
+        return res if isinstance(res, list) else [res]
+
+    tasks = [asyncio.ensure_future(one(c)) for c in comps]
+    try:
+        results = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return [o for outs in results for o in outs]
+
+
+async def _merged(
+    engine: AsyncEngine, comps: list[_Completion], ticket: Any
+) -> AsyncGenerator[tuple[_Completion, RequestOutput], None]:
+    """Outputs of every completion as they come; leaving early aborts all of them.
+
+    Closing it (or its garbage collection, for a client gone before the body was
+    sent) cancels the engine requests and frees the admission ticket."""
+    queue: asyncio.Queue[tuple[_Completion, RequestOutput] | BaseException | None] = asyncio.Queue()
+
+    async def pump(c: _Completion) -> None:
+        try:
+            async for out in engine.generate(
+                c.ids, c.item.params, request_id=c.item.rid, extra_key=c.item.extra_key
+            ):
+                queue.put_nowait((c, out))
+        except Exception as e:  # handed to the consumer, which answers it
+            queue.put_nowait(e)
+        finally:
+            queue.put_nowait(None)
+
+    tasks = [asyncio.ensure_future(pump(c)) for c in comps]
+    try:
+        running = len(tasks)
+        while running:
+            got = await queue.get()
+            if got is None:
+                running -= 1
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                yield got
+    finally:
+        for t in tasks:
+            t.cancel()
+        _release(ticket)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ticket: Any) -> Response:
+    events = _merged(engine, comps, ticket)
+    try:  # the engine validates on submit, before any output: those errors are a 400, not a stream
+        first: tuple[_Completion, RequestOutput] | None = await events.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except BaseException as e:
+        await events.aclose()
+        if not isinstance(e, Exception):
+            raise
+        return _failure(e)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            got = first
+            while got is not None:
+                c, out = got
+                index = c.first_index + out.index if batch else None
+                yield _sse(c.meta[out.index].answer(out, index))
+                got = await events.__anext__()
+        except StopAsyncIteration:
+            pass
+        except Exception as e:  # the engine failed mid-stream: say so, then end the stream
+            yield _sse(_json_body(_failure(e)))
+        finally:
+            await events.aclose()
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _json_body(resp: JSONResponse) -> Any:
+    return json.loads(bytes(resp.body))
+
+
+@router.api_route("/generate", methods=["POST", "PUT"])
+async def generate(request: Request) -> Response:
+    """SGLang's `/generate`."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return _error(400, f"the request body is not valid JSON: {e}")
+    try:
+        engine = _engine(request)
+        comps, batch, stream = _prepare(request, engine, body)
+        ticket = _admit(request, sum(c.item.params.n for c in comps))
+    except Exception as e:
+        return _failure(e)
+    if stream:
+        return await _stream(engine, comps, batch, ticket)
+    try:
+        outs = await _unless_disconnected(request, _complete_all(engine, comps))
+    except _ClientGone:
+        return Response(status_code=499)  # nobody reads it; the requests were aborted
+    except Exception as e:
+        return _failure(e)
+    finally:
+        _release(ticket)
+    for out in outs:
+        if out.finish_reason == "abort":
+            return _error(400, out.error or "the request was aborted")
+    by_index = [(c, j) for c in comps for j in range(c.item.params.n)]
+    answers = [c.meta[j].answer(out) for (c, j), out in zip(by_index, outs)]
+    return JSONResponse(answers if batch else answers[0])
+
+
+@router.get("/get_model_info")
+@router.get("/model_info")
+async def model_info(request: Request) -> dict[str, Any]:
+    """What the server runs; `model_path` picks the chat template of SGLang's frontend."""
+    engine: AsyncEngine = request.app.state.engine
+    tok = engine.tokenizer
+    hf = engine.loaded.hf_config if engine.loaded is not None else None
+    return {
+        "model_path": engine.config.model,
+        "tokenizer_path": engine.config.model,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": getattr(hf, "model_type", None),
+        "architectures": getattr(hf, "architectures", None),
+        "context_length": engine.context_length,
+        # For clients that render prompts themselves (radixserve's remote frontend backend).
+        "chat_template": getattr(tok, "chat_template", None),
+        "special_tokens": {k: getattr(tok, k, None) for k in ("bos_token", "eos_token")},
+    }
+
+
+@router.get("/server_info")
+@router.get("/get_server_info")
+async def server_info(request: Request) -> Response:
+    """The engine's configuration and its live scheduler state (`internal_states`)."""
+    from radixserve import __version__
+
+    try:
+        engine = _engine(request)
+        stats = await engine.stats()
+    except Exception as e:
+        return _failure(e)
+    info = dataclasses.asdict(engine.config)
+    info.update(context_length=engine.context_length, internal_states=[stats], version=__version__)
+    info["frontend"] = "radixserve"
+    return JSONResponse(info)
+
+
+@router.api_route("/flush_cache", methods=["GET", "POST"])
+async def flush_cache(request: Request) -> Response:
+    """Empty the radix cache; 400 while requests are running (nothing is done then)."""
+    try:
+        done = await _engine(request).flush_cache()
+    except Exception as e:
+        return _failure(e)
+    if done:
+        return PlainTextResponse("Cache flushed.\n")
+    return PlainTextResponse("Cache not flushed: requests are running.\n", status_code=400)
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    return Response(status_code=200 if request.app.state.engine.healthy else 503)
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request) -> Response:
+    """Healthy when the engine generates one token within the timeout."""
+    try:
+        engine = _engine(request)
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        await asyncio.wait_for(engine.complete([0], params), _HEALTH_TIMEOUT_S)
+    except Exception:
+        return Response(status_code=503)
+    return Response(status_code=200)
