@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -24,67 +24,42 @@ from pydantic import ValidationError
 
 from radixserve.outputs import RequestOutput
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.errors import APIError, bad_request, error_response
+from radixserve.server.limits import Ticket
+from radixserve.server.metrics import Tracker
 from radixserve.server.native_output import MetaBuilder, TokenTexts
 from radixserve.server.native_protocol import GenerateReqInput, Item, NativeError, resolve
+from radixserve.server.serving import ClientGone, admit, encode_prompt, engine_of, unless_disconnected
 
 if TYPE_CHECKING:
     from radixserve.engine import AsyncEngine
 
-T = TypeVar("T")
 router = APIRouter(tags=["sglang-native"])
 _HEALTH_TIMEOUT_S = 20.0
-_DEFAULT_MAX_N = 64
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
-
-
-class _ClientGone(Exception):
-    """The client disconnected before the answer was ready."""
 
 
 def _failure(e: BaseException) -> JSONResponse:
     """The answer for an exception out of request handling (a per-request error, never a crash)."""
-    status = getattr(e, "status", None)  # NativeError, or the app's own errors (e.g. a full queue)
-    if isinstance(status, int):
-        return _error(status, str(e))
+    if isinstance(e, APIError):
+        return error_response(e.status, e.message, e.param, e.code)
+    if isinstance(e, NativeError):
+        return error_response(e.status, str(e))
     if isinstance(e, (ValueError, TypeError)):
-        return _error(400, str(e))
-    return _error(503, f"the engine cannot serve requests: {e}")
-
-
-def _engine(request: Request) -> AsyncEngine:
-    engine: AsyncEngine = request.app.state.engine
-    if not engine.healthy:
-        raise NativeError("the engine is not running", status=503)
-    return engine
-
-
-def _admit(request: Request, weight: int) -> Any:
-    """A place in the app's admission gate for `weight` completions (when the app has one)."""
-    gate = getattr(request.app.state, "gate", None)
-    return gate.enter(weight) if gate is not None else None
-
-
-def _release(ticket: Any) -> None:
-    if ticket is not None:
-        ticket.release()
-
-
-def _limit(request: Request, name: str, default: Any) -> Any:
-    settings = getattr(request.app.state, "settings", None)
-    return getattr(getattr(settings, "limits", None), name, default)
+        err = bad_request(e)
+        return error_response(err.status, err.message, err.param)
+    return error_response(503, f"the engine cannot serve requests: {e}")
 
 
 class _Completion:
     """One prompt of a request, tokenized, with the builders of its n answers."""
 
-    def __init__(self, item: Item, ids: list[int], first_index: int, texts: TokenTexts) -> None:
+    def __init__(
+        self, item: Item, ids: list[int], first_index: int, texts: TokenTexts, tracker: Tracker
+    ) -> None:
         self.item = item
         self.ids = ids
         self.first_index = first_index
+        self.tracker = tracker  # the app's metrics of this engine request
         n = item.params.n
         names = [item.rid] if n == 1 else [f"{item.rid}_{j}" for j in range(n)]
         self.meta = [MetaBuilder(item, ids, name, texts) for name in names]
@@ -100,52 +75,28 @@ def _prepare(request: Request, engine: AsyncEngine, body: Any) -> tuple[list[_Co
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise NativeError(f"{where}: {first.get('msg')}" if where else str(first.get("msg"))) from None
-    items, batch = resolve(req, _limit(request, "max_n", _DEFAULT_MAX_N))
-    tok = engine.tokenizer
-    max_prompt = _limit(request, "max_prompt_tokens", None)
+    items, batch = resolve(req, request.app.state.settings.limits.max_n)
     out: list[_Completion] = []
     index = 0
     for item in items:
-        if isinstance(item.prompt, str):
-            if tok is None:
-                raise NativeError("this model has no tokenizer: send input_ids")
-            ids = list(tok.encode(item.prompt, add_special_tokens=True))
-        else:
-            ids = item.prompt
+        ids = encode_prompt(request, engine, item.prompt)
         if not ids:
             raise NativeError("the prompt is empty")
-        if max_prompt is not None and len(ids) > max_prompt:
-            raise NativeError(
-                f"the prompt has {len(ids)} tokens, more than this server's limit of {max_prompt}"
-            )
         if item.logprob_start_len > len(ids):
             raise NativeError(
                 f"logprob_start_len={item.logprob_start_len} is more than the {len(ids)} prompt tokens"
             )
-        out.append(_Completion(item, ids, index, TokenTexts(tok, req.return_text_in_logprobs)))
+        out.append(
+            _Completion(
+                item,
+                ids,
+                index,
+                TokenTexts(engine.tokenizer, req.return_text_in_logprobs),
+                request.app.state.metrics.track(),
+            )
+        )
         index += item.params.n
     return out, batch, req.stream
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`; if the client leaves first, cancel it (which aborts its engine requests)."""
-    task = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)
-    if task not in done:
-        raise _ClientGone()
-    return task.result()
 
 
 async def _complete_all(engine: AsyncEngine, comps: list[_Completion]) -> list[RequestOutput]:
@@ -166,7 +117,7 @@ async def _complete_all(engine: AsyncEngine, comps: list[_Completion]) -> list[R
 
 
 async def _merged(
-    engine: AsyncEngine, comps: list[_Completion], ticket: Any
+    engine: AsyncEngine, comps: list[_Completion], ticket: Ticket
 ) -> AsyncGenerator[tuple[_Completion, RequestOutput], None]:
     """Outputs of every completion as they come; leaving early aborts all of them.
 
@@ -179,10 +130,12 @@ async def _merged(
             async for out in engine.generate(
                 c.ids, c.item.params, request_id=c.item.rid, extra_key=c.item.extra_key
             ):
+                c.tracker.observe(out)
                 queue.put_nowait((c, out))
         except Exception as e:  # handed to the consumer, which answers it
             queue.put_nowait(e)
         finally:
+            c.tracker.done()
             queue.put_nowait(None)
 
     tasks = [asyncio.ensure_future(pump(c)) for c in comps]
@@ -199,7 +152,7 @@ async def _merged(
     finally:
         for t in tasks:
             t.cancel()
-        _release(ticket)
+        ticket.release()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -207,7 +160,7 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ticket: Any) -> Response:
+async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ticket: Ticket) -> Response:
     events = _merged(engine, comps, ticket)
     try:  # the engine validates on submit, before any output: those errors are a 400, not a stream
         first: tuple[_Completion, RequestOutput] | None = await events.__anext__()
@@ -230,16 +183,12 @@ async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ti
         except StopAsyncIteration:
             pass
         except Exception as e:  # the engine failed mid-stream: say so, then end the stream
-            yield _sse(_json_body(_failure(e)))
+            yield _sse(json.loads(bytes(_failure(e).body)))
         finally:
             await events.aclose()
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream")
-
-
-def _json_body(resp: JSONResponse) -> Any:
-    return json.loads(bytes(resp.body))
 
 
 @router.api_route("/generate", methods=["POST", "PUT"])
@@ -248,26 +197,30 @@ async def generate(request: Request) -> Response:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return _error(400, f"the request body is not valid JSON: {e}")
+        return error_response(400, f"the request body is not valid JSON: {e}")
     try:
-        engine = _engine(request)
+        engine = engine_of(request)
         comps, batch, stream = _prepare(request, engine, body)
-        ticket = _admit(request, sum(c.item.params.n for c in comps))
+        ticket = admit(request, sum(c.item.params.n for c in comps))
     except Exception as e:
         return _failure(e)
     if stream:
         return await _stream(engine, comps, batch, ticket)
     try:
-        outs = await _unless_disconnected(request, _complete_all(engine, comps))
-    except _ClientGone:
+        outs = await unless_disconnected(request, _complete_all(engine, comps))
+    except ClientGone:
         return Response(status_code=499)  # nobody reads it; the requests were aborted
     except Exception as e:
         return _failure(e)
     finally:
-        _release(ticket)
+        ticket.release()
+        for c in comps:
+            c.tracker.done()
+    for c in comps:
+        c.tracker.observe_final([o for o in outs if o.request_id == c.item.rid])
     for out in outs:
         if out.finish_reason == "abort":
-            return _error(400, out.error or "the request was aborted")
+            return error_response(400, out.error or "the request was aborted")
     by_index = [(c, j) for c in comps for j in range(c.item.params.n)]
     answers = [c.meta[j].answer(out) for (c, j), out in zip(by_index, outs)]
     return JSONResponse(answers if batch else answers[0])
@@ -282,6 +235,7 @@ async def model_info(request: Request) -> dict[str, Any]:
     hf = engine.loaded.hf_config if engine.loaded is not None else None
     return {
         "model_path": engine.config.model,
+        "served_model_name": request.app.state.settings.model_name,
         "tokenizer_path": engine.config.model,
         "is_generation": True,
         "preferred_sampling_params": None,
@@ -304,7 +258,7 @@ async def server_info(request: Request) -> Response:
     from radixserve import __version__
 
     try:
-        engine = _engine(request)
+        engine = engine_of(request)
         stats = await engine.stats()
     except Exception as e:
         return _failure(e)
@@ -318,7 +272,7 @@ async def server_info(request: Request) -> Response:
 async def flush_cache(request: Request) -> Response:
     """Empty the radix cache; 400 while requests are running (nothing is done then)."""
     try:
-        done = await _engine(request).flush_cache()
+        done = await engine_of(request).flush_cache()
     except Exception as e:
         return _failure(e)
     if done:
@@ -335,7 +289,7 @@ async def health(request: Request) -> Response:
 async def health_generate(request: Request) -> Response:
     """Healthy when the engine generates one token within the timeout."""
     try:
-        engine = _engine(request)
+        engine = engine_of(request)
         params = SamplingParams(max_tokens=1, temperature=0.0)
         await asyncio.wait_for(engine.complete([0], params), _HEALTH_TIMEOUT_S)
     except Exception:

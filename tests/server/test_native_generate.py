@@ -10,35 +10,25 @@ import httpx
 import pytest
 import torch
 
-from radixserve import EngineConfig
-from radixserve.model.embedded import embedded_model_dir
+from radixserve.server.runner import ServerThread
 
-from .loopback import LoopbackServer
+from .conftest import API_KEY, settled
+from .hf_reference import hf_model_and_tokenizer
 
 PROMPT = "The capital of France is"
 OTHER = "List three colors:"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LoopbackServer]:
-    srv = LoopbackServer(EngineConfig(model="smollm2-135m-instruct", device="cpu", dtype="float32")).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server: LoopbackServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+def client(live: ServerThread) -> Iterator[httpx.Client]:
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=live.url, headers=auth, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def hf() -> Any:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = embedded_model_dir()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    return hf_model_and_tokenizer()
 
 
 def hf_greedy(hf: Any, ids: list[int], n: int) -> list[int]:
@@ -57,7 +47,7 @@ def greedy(max_new_tokens: int, **kw: Any) -> dict[str, Any]:
     return {"max_new_tokens": max_new_tokens, "temperature": 0, **kw}
 
 
-def test_text_greedy_matches_transformers(client: httpx.Client, hf: Any, server: LoopbackServer) -> None:
+def test_text_greedy_matches_transformers(client: httpx.Client, hf: Any, live: ServerThread) -> None:
     ids = hf[1].encode(PROMPT)
     r = client.post("/generate", json={"text": PROMPT, "sampling_params": greedy(8, ignore_eos=True)})
     assert r.status_code == 200, r.text
@@ -70,7 +60,7 @@ def test_text_greedy_matches_transformers(client: httpx.Client, hf: Any, server:
     assert meta["finish_reason"] == {"type": "length", "length": 8}
     assert isinstance(meta["id"], str) and meta["cached_tokens"] >= 0 and meta["e2e_latency"] > 0
     assert "output_token_logprobs" not in meta
-    server.check_integrity()
+    settled(live)
 
 
 def test_answers_follow_sglangs_contract(client: httpx.Client) -> None:
@@ -164,7 +154,7 @@ def sse(r: httpx.Response) -> list[Any]:
     return events
 
 
-def test_streaming_is_cumulative_and_ends_with_done(client: httpx.Client, server: LoopbackServer) -> None:
+def test_streaming_is_cumulative_and_ends_with_done(client: httpx.Client, live: ServerThread) -> None:
     req = {"text": PROMPT, "sampling_params": greedy(8, ignore_eos=True), "stream": True}
     with client.stream("POST", "/generate", json=req) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -182,7 +172,7 @@ def test_streaming_is_cumulative_and_ends_with_done(client: httpx.Client, server
         events = sse(r)
     finals = {e["index"]: e for e in events[:-1] if e["meta_info"]["finish_reason"] is not None}
     assert sorted(finals) == [0, 1] and events[-1] == "[DONE]"
-    server.check_integrity()
+    settled(live)
 
 
 def test_stop_strings_and_token_ids(client: httpx.Client) -> None:
@@ -232,26 +222,24 @@ def test_bad_requests_are_a_clear_400(client: httpx.Client, body: Any, needle: s
         assert needle in r.json()["error"]["message"]
 
 
-def test_malformed_json_and_the_server_goes_on(client: httpx.Client, server: LoopbackServer) -> None:
+def test_malformed_json_and_the_server_goes_on(client: httpx.Client, live: ServerThread) -> None:
     r = client.post("/generate", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
     assert client.post("/generate", json={"text": PROMPT, "sampling_params": greedy(2)}).status_code == 200
-    server.check_integrity()
+    settled(live)
 
 
-def test_a_client_that_leaves_mid_stream_frees_its_request(
-    client: httpx.Client, server: LoopbackServer
-) -> None:
+def test_a_client_that_leaves_mid_stream_frees_its_request(client: httpx.Client, live: ServerThread) -> None:
     req = {"text": OTHER, "sampling_params": greedy(200, ignore_eos=True), "stream": True}
     with client.stream("POST", "/generate", json=req) as r:
         for line in r.iter_lines():
             if line.startswith("data:"):
                 break  # close after the first chunk
-    server.check_integrity()
-    assert server.call(lambda e: e.stats())["running"] == 0
+    settled(live)
+    assert live.call(live.engine.stats)["running"] == 0
 
 
-def test_info_cache_and_health_endpoints(client: httpx.Client, server: LoopbackServer) -> None:
+def test_info_cache_and_health_endpoints(client: httpx.Client, live: ServerThread) -> None:
     info = client.get("/get_model_info").json()
     assert info["model_path"] == "smollm2-135m-instruct" and info["is_generation"] is True
     assert client.get("/model_info").json() == info
@@ -259,11 +247,30 @@ def test_info_cache_and_health_endpoints(client: httpx.Client, server: LoopbackS
         si = client.get(path).json()
         assert si["model"] == "smollm2-135m-instruct" and "running" in si["internal_states"][0]
     client.post("/generate", json={"text": PROMPT, "sampling_params": greedy(1)})
-    assert server.call(lambda e: e.stats())["cached_tokens"] > 0
+    assert live.call(live.engine.stats)["cached_tokens"] > 0
     r = client.post("/flush_cache")
     assert r.status_code == 200 and "flushed" in r.text
-    assert server.call(lambda e: e.stats())["cached_tokens"] == 0
+    assert live.call(live.engine.stats)["cached_tokens"] == 0
     assert client.get("/flush_cache").status_code == 200
     assert client.get("/health").status_code == 200
     assert client.get("/health_generate").status_code == 200
-    server.check_integrity()
+
+
+def test_native_routes_share_the_apps_key_and_metrics(client: httpx.Client, live: ServerThread) -> None:
+    r = httpx.post(f"{live.url}/generate", json={"text": PROMPT}, timeout=60)
+    assert r.status_code == 401 and "API key" in r.json()["error"]["message"]
+
+    def length_count() -> float:
+        for line in client.get("/metrics").text.splitlines():
+            if line.startswith('radixserve_requests_total{finish_reason="length"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = length_count()
+    client.post("/generate", json={"text": [PROMPT, OTHER], "sampling_params": greedy(2, ignore_eos=True)})
+    with client.stream(
+        "POST", "/generate", json={"text": PROMPT, "stream": True, "sampling_params": greedy(2)}
+    ) as r:
+        sse(r)
+    assert length_count() == before + 3
+    settled(live)

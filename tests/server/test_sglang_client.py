@@ -13,29 +13,24 @@ from typing import Any
 import pytest
 import torch
 
-from radixserve import EngineConfig
-from radixserve.model.embedded import embedded_model_dir
+from radixserve.server.runner import ServerThread
 
-from .loopback import LoopbackServer
+from .conftest import API_KEY, settled
+from .hf_reference import hf_model_and_tokenizer
 
 sgl = pytest.importorskip("sglang", reason="sglang is not installed (pip install --no-deps sglang==0.5.23)")
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LoopbackServer]:
-    srv = LoopbackServer(EngineConfig(model="smollm2-135m-instruct", device="cpu", dtype="float32")).start()
-    sgl.set_default_backend(sgl.RuntimeEndpoint(srv.url))
-    yield srv
-    srv.stop()
+def server(live: ServerThread) -> Iterator[ServerThread]:
+    sgl.set_default_backend(sgl.RuntimeEndpoint(live.url, api_key=API_KEY))
+    yield live
+    sgl.set_default_backend(None)
 
 
 @pytest.fixture(scope="module")
 def hf() -> Any:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = embedded_model_dir()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    return hf_model_and_tokenizer()
 
 
 def hf_text(hf: Any, prompt: str, n: int, stop: str | None = None) -> str:
@@ -54,7 +49,7 @@ def qa(s: Any, question: str) -> None:
     s += sgl.gen("answer", max_tokens=12, stop="\n")
 
 
-def test_gen_matches_transformers(server: LoopbackServer, hf: Any) -> None:
+def test_gen_matches_transformers(server: ServerThread, hf: Any) -> None:
     state = qa.run(question="What is the capital of France?", temperature=0)
     prompt = "Question: What is the capital of France?\nAnswer:"
     assert state["answer"] == hf_text(hf, prompt, 12, stop="\n")
@@ -63,10 +58,10 @@ def test_gen_matches_transformers(server: LoopbackServer, hf: Any) -> None:
         "stop",
         "length",
     )
-    server.check_integrity()
+    settled(server)
 
 
-def test_run_batch_and_streaming(server: LoopbackServer, hf: Any) -> None:
+def test_run_batch_and_streaming(server: ServerThread, hf: Any) -> None:
     questions = ["Name a color.", "What is 2 plus 2?"]
     states = qa.run_batch([{"question": q} for q in questions], temperature=0)
     for q, st in zip(questions, states):
@@ -103,14 +98,14 @@ def capital(s: Any, choices: list[str]) -> None:
     s += sgl.select("city", choices=choices)
 
 
-def test_select_picks_what_transformers_scores_best(server: LoopbackServer, hf: Any) -> None:
+def test_select_picks_what_transformers_scores_best(server: ServerThread, hf: Any) -> None:
     choices = [" Paris", " London", " a large banana"]
     state = capital.run(choices=choices, temperature=0)
     scores = choice_scores(hf, "The capital of France is", choices)
     assert state["city"] == choices[scores.index(max(scores))]
     got = state.get_meta_info("city")["normalized_prompt_logprobs"]
     assert all(abs(a - b) < 1e-3 for a, b in zip(got, scores))
-    server.check_integrity()
+    settled(server)
 
 
 @sgl.function
@@ -124,13 +119,13 @@ def two_tips(s: Any) -> None:
     s += "Tip 1:" + forks[0]["tip"] + "\nTip 2:" + forks[1]["tip"] + "\n"
 
 
-def test_fork_runs_each_branch_like_transformers(server: LoopbackServer, hf: Any) -> None:
+def test_fork_runs_each_branch_like_transformers(server: ServerThread, hf: Any) -> None:
     state = two_tips.run(temperature=0)
     head = "Here are two tips for staying healthy.\n"
     for i in (1, 2):
         expected = hf_text(hf, head + f"Tip {i}:", 10, stop="\n")
         assert f"Tip {i}:{expected}\n" in state.text()
-    server.check_integrity()
+    settled(server)
 
 
 @sgl.function
@@ -141,18 +136,18 @@ def pick_number(s: Any) -> None:
     s += sgl.gen("age", max_tokens=4, dtype=int)
 
 
-def test_regex_and_dtype_constrain_the_output(server: LoopbackServer) -> None:
+def test_regex_and_dtype_constrain_the_output(server: ServerThread) -> None:
     state = pick_number.run(temperature=0)
     assert re.fullmatch(r"[0-9]{2}", state["number"]), state["number"]
     assert re.fullmatch(r"[+-]?[0-9]+", state["age"].strip()), state["age"]
 
 
-def test_endpoint_maintenance_calls(server: LoopbackServer) -> None:
-    ep = sgl.RuntimeEndpoint(server.url)
+def test_endpoint_maintenance_calls(server: ServerThread) -> None:
+    ep = sgl.RuntimeEndpoint(server.url, api_key=API_KEY)
     assert ep.get_model_name() == "smollm2-135m-instruct"
     assert "internal_states" in ep.get_server_info()
     ep.cache_prefix("A prefix worth caching for later requests")
-    assert server.call(lambda e: e.stats())["cached_tokens"] > 0
+    assert server.call(server.engine.stats)["cached_tokens"] > 0
     ep.flush_cache()
-    assert server.call(lambda e: e.stats())["cached_tokens"] == 0
-    server.check_integrity()
+    assert server.call(server.engine.stats)["cached_tokens"] == 0
+    settled(server)
