@@ -43,7 +43,7 @@ def _failure(e: BaseException) -> JSONResponse:
     if isinstance(e, APIError):
         return error_response(e.status, e.message, e.param, e.code)
     if isinstance(e, NativeError):
-        return error_response(e.status, str(e))
+        return error_response(e.status, str(e), code=e.code)
     if isinstance(e, (ValueError, TypeError)):
         err = bad_request(e)
         return error_response(err.status, err.message, err.param)

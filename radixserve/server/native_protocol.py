@@ -36,12 +36,16 @@ UNSUPPORTED = (
 )
 
 
-class NativeError(ValueError):
-    """A request the native API refuses, with its HTTP status."""
+UNSUPPORTED_CODE = "unsupported_feature"  # the error code of a feature radixserve lacks
 
-    def __init__(self, message: str, status: int = 400) -> None:
+
+class NativeError(ValueError):
+    """A request the native API refuses, with its HTTP status (and a code for unsupported features)."""
+
+    def __init__(self, message: str, status: int = 400, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 class NativeSamplingParams(BaseModel):
@@ -157,7 +161,7 @@ def to_sampling_params(
     """radixserve's parameters for SGLang's; a ValueError names what is wrong."""
     for name in ("stop_regex", "structural_tag", "custom_params", "beam_width", "watermark"):
         if _given(getattr(sp, name)):
-            raise NativeError(f"sampling_params.{name} is not supported by radixserve")
+            raise NativeError(f"sampling_params.{name} is not supported by radixserve", code=UNSUPPORTED_CODE)
     temperature = 1.0 if sp.temperature is None else sp.temperature
     top_k = -1 if sp.top_k is None or sp.top_k == -1 or sp.top_k >= TOP_K_ALL else sp.top_k
     kw: dict[str, Any] = dict(
@@ -196,14 +200,18 @@ def to_sampling_params(
     try:
         return SamplingParams(**kw)
     except TypeError as e:  # a field this build of radixserve does not have (structured output)
-        raise NativeError(f"this radixserve build cannot serve that request: {e}") from None
+        raise NativeError(
+            f"this radixserve build cannot serve that request: {e}", code=UNSUPPORTED_CODE
+        ) from None
 
 
 def resolve(req: GenerateReqInput, max_n: int) -> tuple[list[Item], bool]:
     """The request's prompts as `Item`s, and whether its answer is a list."""
     for name in UNSUPPORTED:
         if _given(getattr(req, name)):
-            raise NativeError(f"{name} is not supported by radixserve (text-only models)")
+            raise NativeError(
+                f"{name} is not supported by radixserve (text-only models)", code=UNSUPPORTED_CODE
+            )
     prompts, batch = _prompts(req)
     count = len(prompts)
     if count == 0:
