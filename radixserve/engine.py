@@ -138,6 +138,10 @@ class AsyncEngine:
         await self.shutdown(drain=exc[0] is None)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    @property
     def healthy(self) -> bool:
         return self._worker is not None and self._worker.alive and self._error is None
 
