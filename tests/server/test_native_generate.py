@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,6 +97,10 @@ def test_batched_input_ids_and_n(client: httpx.Client, hf: Any) -> None:
     assert [len(a["output_ids"]) for a in answers] == [6, 6, 6]
     assert len({tuple(a["output_ids"]) for a in answers}) > 1
     assert len({a["meta_info"]["id"] for a in answers}) == 3
+    # A batch with n: each prompt's n answers in turn.
+    sp = {**sp, "n": 2, "max_new_tokens": 2}
+    answers = client.post("/generate", json={"input_ids": prompts, "sampling_params": sp}).json()
+    assert [a["meta_info"]["prompt_tokens"] for a in answers] == [len(prompts[0])] * 2 + [len(prompts[1])] * 2
 
 
 def test_max_new_tokens_zero_prefills_into_the_cache(client: httpx.Client, hf: Any) -> None:
@@ -188,12 +193,22 @@ def test_stop_strings_and_token_ids(client: httpx.Client) -> None:
     assert word not in r.json()["text"]
 
 
-def test_regex_constrains_the_output(client: httpx.Client) -> None:
-    sp = greedy(8, regex="[0-9]{3}")
-    r = client.post("/generate", json={"text": "Pick a number: ", "sampling_params": sp})
-    assert r.status_code == 200, r.text
-    text = r.json()["text"]
-    assert len(text) == 3 and text.isdigit()
+def test_structured_output_constrains_the_text(client: httpx.Client) -> None:
+    """regex, json_schema (a JSON string, as SGLang takes it) and ebnf reach the grammar engine."""
+
+    def text(**constraint: str) -> str:
+        sp = greedy(32, **constraint)
+        r = client.post(
+            "/generate", json={"text": "Answer in JSON: what color is grass?", "sampling_params": sp}
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["meta_info"]["finish_reason"]["type"] == "stop"
+        return str(r.json()["text"])
+
+    assert re.fullmatch("[0-9]{3}", text(regex="[0-9]{3}"))
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"]}
+    assert json.loads(text(json_schema=json.dumps(schema)))["color"] in ("red", "green")
+    assert text(ebnf='root ::= "yes" | "no"') in ("yes", "no")
 
 
 @pytest.mark.parametrize(
@@ -237,6 +252,15 @@ def test_a_client_that_leaves_mid_stream_frees_its_request(client: httpx.Client,
                 break  # close after the first chunk
     settled(live)
     assert live.call(live.engine.stats)["running"] == 0
+
+
+def test_a_client_that_gives_up_aborts_its_batch(live: ServerThread) -> None:
+    body = {"text": [PROMPT, OTHER], "sampling_params": greedy(2000, ignore_eos=True)}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            f"{live.url}/generate", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=1.0
+        )
+    settled(live)  # asserts nothing runs any more well before 2000 tokens could be generated
 
 
 def test_info_cache_and_health_endpoints(client: httpx.Client, live: ServerThread) -> None:
