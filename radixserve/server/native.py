@@ -4,8 +4,7 @@
 SGLang's `sampling_params`, logprob options and `stream`; it answers
 `{"text", "output_ids", "meta_info"}` (a list for a batch or `n > 1`), or with
 `stream` server-sent events of cumulative text ending in `data: [DONE]`.
-Also `/get_model_info` (`/model_info`), `/server_info` (`/get_server_info`),
-`/flush_cache`, `/health` and `/health_generate`. Errors are 4xx/5xx with
+The other native endpoints are in `native_admin.py`. Errors are 4xx/5xx with
 `{"error": {"message", ...}}`; a request never leaves work behind: a client that
 disconnects aborts its requests.
 """
@@ -13,20 +12,19 @@ disconnects aborts its requests.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from radixserve.outputs import RequestOutput
-from radixserve.sampling_params import SamplingParams
 from radixserve.server.errors import APIError, bad_request, error_response
 from radixserve.server.limits import Ticket
 from radixserve.server.metrics import Tracker
+from radixserve.server.native_admin import router as admin_router
 from radixserve.server.native_output import MetaBuilder, TokenTexts
 from radixserve.server.native_protocol import GenerateReqInput, Item, NativeError, resolve
 from radixserve.server.serving import ClientGone, admit, encode_prompt, engine_of, unless_disconnected
@@ -35,7 +33,6 @@ if TYPE_CHECKING:
     from radixserve.engine import AsyncEngine
 
 router = APIRouter(tags=["sglang-native"])
-_HEALTH_TIMEOUT_S = 20.0
 
 
 def _failure(e: BaseException) -> JSONResponse:
@@ -188,7 +185,7 @@ async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ti
             await events.aclose()
         yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(body(), media_type="text/event-stream")
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 @router.api_route("/generate", methods=["POST", "PUT"])
@@ -226,72 +223,4 @@ async def generate(request: Request) -> Response:
     return JSONResponse(answers if batch else answers[0])
 
 
-@router.get("/get_model_info")
-@router.get("/model_info")
-async def model_info(request: Request) -> dict[str, Any]:
-    """What the server runs; `model_path` picks the chat template of SGLang's frontend."""
-    engine: AsyncEngine = request.app.state.engine
-    tok = engine.tokenizer
-    hf = engine.loaded.hf_config if engine.loaded is not None else None
-    return {
-        "model_path": engine.config.model,
-        "served_model_name": request.app.state.settings.model_name,
-        "tokenizer_path": engine.config.model,
-        "is_generation": True,
-        "preferred_sampling_params": None,
-        "weight_version": "default",
-        "has_image_understanding": False,
-        "has_audio_understanding": False,
-        "model_type": getattr(hf, "model_type", None),
-        "architectures": getattr(hf, "architectures", None),
-        "context_length": engine.context_length,
-        # For clients that render prompts themselves (radixserve's remote frontend backend).
-        "chat_template": getattr(tok, "chat_template", None),
-        "special_tokens": {k: getattr(tok, k, None) for k in ("bos_token", "eos_token")},
-    }
-
-
-@router.get("/server_info")
-@router.get("/get_server_info")
-async def server_info(request: Request) -> Response:
-    """The engine's configuration and its live scheduler state (`internal_states`)."""
-    from radixserve import __version__
-
-    try:
-        engine = engine_of(request)
-        stats = await engine.stats()
-    except Exception as e:
-        return _failure(e)
-    info = dataclasses.asdict(engine.config)
-    info.update(context_length=engine.context_length, internal_states=[stats], version=__version__)
-    info["frontend"] = "radixserve"
-    return JSONResponse(info)
-
-
-@router.api_route("/flush_cache", methods=["GET", "POST"])
-async def flush_cache(request: Request) -> Response:
-    """Empty the radix cache; 400 while requests are running (nothing is done then)."""
-    try:
-        done = await engine_of(request).flush_cache()
-    except Exception as e:
-        return _failure(e)
-    if done:
-        return PlainTextResponse("Cache flushed.\n")
-    return PlainTextResponse("Cache not flushed: requests are running.\n", status_code=400)
-
-
-@router.get("/health")
-async def health(request: Request) -> Response:
-    return Response(status_code=200 if request.app.state.engine.healthy else 503)
-
-
-@router.get("/health_generate")
-async def health_generate(request: Request) -> Response:
-    """Healthy when the engine generates one token within the timeout."""
-    try:
-        engine = engine_of(request)
-        params = SamplingParams(max_tokens=1, temperature=0.0)
-        await asyncio.wait_for(engine.complete([0], params), _HEALTH_TIMEOUT_S)
-    except Exception:
-        return Response(status_code=503)
-    return Response(status_code=200)
+router.include_router(admin_router)

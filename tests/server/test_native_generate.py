@@ -254,6 +254,26 @@ def test_a_client_that_leaves_mid_stream_frees_its_request(client: httpx.Client,
     assert live.call(live.engine.stats)["running"] == 0
 
 
+def test_abort_request_ends_a_stream_with_abort(client: httpx.Client, live: ServerThread) -> None:
+    req = {"text": OTHER, "rid": "abort-me", "sampling_params": greedy(2000, ignore_eos=True), "stream": True}
+    events = []
+    with client.stream("POST", "/generate", json=req) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            events.append(line[5:].strip())
+            if len(events) == 1:
+                assert client.post("/abort_request", json={"rid": "abort-me"}).status_code == 200
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["meta_info"]["finish_reason"]["type"] == "abort" and len(last["output_ids"]) < 2000
+    settled(live)
+    r = client.post("/abort_request", json={"abort_all": True})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_feature"
+    r = client.post("/start_profile")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_feature"
+
+
 def test_a_client_that_gives_up_aborts_its_batch(live: ServerThread) -> None:
     body = {"text": [PROMPT, OTHER], "sampling_params": greedy(2000, ignore_eos=True)}
     with pytest.raises(httpx.TimeoutException):
