@@ -80,6 +80,19 @@ def test_answers_follow_sglangs_contract(client: httpx.Client) -> None:
     for answer in r.json():
         decoded = api.GenerateResponse.from_json_value(answer)
         assert decoded.meta_info.prompt_tokens > 0
+    # What sglang.Runtime.generate posts (None for everything it was not given).
+    body = {
+        "text": PROMPT,
+        "sampling_params": None,
+        "return_logprob": False,
+        "logprob_start_len": None,
+        "top_logprobs_num": None,
+        "lora_path": None,
+        "session_id": None,
+    }
+    r = client.post("/generate", json=body)
+    assert r.status_code == 200, r.text
+    assert api.GenerateResponse.from_json_value(r.json()).meta_info.completion_tokens > 0
 
 
 def test_batched_input_ids_and_n(client: httpx.Client, hf: Any) -> None:
