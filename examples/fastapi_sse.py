@@ -1,9 +1,17 @@
-"""A FastAPI app serving one shared `AsyncEngine`: Server-Sent Events and plain JSON.
+"""A FastAPI app serving one shared `AsyncEngine`: its own SSE routes next to radixserve's server.
 
-    pip install fastapi uvicorn
+    pip install "radixserve[server]"
     uvicorn examples.fastapi_sse:app            # or: python examples/fastapi_sse.py
     curl -N localhost:8000/generate -d '{"prompt": [{"role": "user", "content": "Hi"}]}' \
          -H 'content-type: application/json'
+    curl localhost:8000/llm/v1/chat/completions -H 'content-type: application/json' \
+         -d '{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}]}'
+
+`radixserve.server.create_app(engine)` is mounted under /llm: the
+OpenAI-compatible API (`openai.OpenAI(base_url="http://localhost:8000/llm/v1")`),
+the SGLang-native routes and /llm/metrics, over the same engine as this
+app's own routes. The app factory never starts or stops the engine: this
+app's lifespan does.
 
 The engine starts in the app's lifespan and runs in uvicorn's event loop, so
 every request is just an `async for` over `engine.generate()`; concurrent
@@ -26,6 +34,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from radixserve import AsyncEngine, EngineConfig, RequestOutput, SamplingParams
+from radixserve.server import create_app as create_llm_app
 
 
 class GenerateBody(BaseModel):
@@ -59,13 +68,16 @@ def event(out: RequestOutput) -> dict[str, Any]:
 
 
 def create_app(config: EngineConfig | None = None) -> FastAPI:
+    engine = AsyncEngine(config or EngineConfig())
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncEngine(config or EngineConfig()) as engine:
-            app.state.engine = engine
+        async with engine:  # started in the server's event loop, drained on shutdown
             yield
 
     app = FastAPI(title="radixserve SSE example", lifespan=lifespan)
+    app.state.engine = engine
+    app.mount("/llm", create_llm_app(engine))
 
     @app.post("/generate")
     async def generate(body: GenerateBody, request: Request) -> StreamingResponse:

@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "AnyioEngine": "radixserve.anyio_engine",
     "AsyncEngine": "radixserve.engine",
     "Engine": "radixserve.blocking",
     "EngineDeadError": "radixserve.engine",
@@ -26,6 +27,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnyioEngine",
     "AsyncEngine",
     "Engine",
     "EngineConfig",
@@ -38,6 +40,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from radixserve.anyio_engine import AnyioEngine
     from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
     from radixserve.engine import AsyncEngine, EngineDeadError

@@ -4,6 +4,7 @@
     radixserve generate --chat "What is a radix tree?" --temperature 0
     echo "Summarize: ..." | radixserve generate - --chat
     radixserve chat --system "You are terse."     # /reset clears the history, /exit or EOF ends
+    radixserve serve --port 8000 --api-key KEY    # HTTP: OpenAI-compatible and SGLang-native
 
 Both run on the embedded default model unless `--model` names another (a
 Hugging Face folder, a .gguf file or `dummy:<shape>`). The command runs one
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="an interactive chat over stdin (/reset, /exit)")
     chat.add_argument("--system", default=None, help="a system message kept across /reset")
     _add_engine_args(chat)
+    from radixserve.server.cli_serve import add_serve_parser  # argparse only: no fastapi import here
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -79,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e), EXIT_USAGE)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
+    if args.command == "serve":
+        from radixserve.server.cli_serve import serve_command
+
+        return serve_command(args)
     try:
         params = _sampling_params(args)
     except ValueError as e:

@@ -81,6 +81,13 @@ async def _fastapi_checks(example: ModuleType) -> None:
             assert streamed == greedy.text
             done = await client.post("/complete", json=req)
             assert done.status_code == 200 and done.json()["text"] == greedy.text
+            # radixserve's own app, mounted under /llm over the same engine.
+            chat = {"model": engine.config.model, "messages": messages, "max_tokens": 12, "temperature": 0}
+            mounted = await client.post("/llm/v1/chat/completions", json=chat)
+            assert mounted.status_code == 200, mounted.text
+            assert mounted.json()["choices"][0]["message"]["content"] == greedy.text
+            metrics = await client.get("/llm/metrics")
+            assert "radixserve_generation_tokens_total" in metrics.text
 
             bad = await client.post("/generate", json={**req, "temperature": -1})
             assert bad.status_code == 400 and "temperature" in bad.json()["detail"]

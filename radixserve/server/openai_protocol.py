@@ -79,6 +79,12 @@ class _Sampling(_Body):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # Extensions vLLM and SGLang accept too (the openai client sends them via `extra_body`).
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
 
     def base_params(self, max_tokens: int, logprobs: bool, top: int, limit_n: int) -> dict[str, Any]:
         if self.n > limit_n:
@@ -99,7 +105,8 @@ class _Sampling(_Body):
             top_logprobs=top,
             logit_bias=bias,
         )
-        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        extensions = ("top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", *extensions):
             if getattr(self, name) is not None:
                 kw[name] = getattr(self, name)
         if self.temperature is not None and self.temperature > 2:

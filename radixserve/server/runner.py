@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import signal
 import socket
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -37,8 +39,24 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run` on uvloop's loop where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def _uvicorn_server(app: Any, sock: socket.socket, graceful_s: float, log_level: str) -> uvicorn.Server:
     import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # serve() handles signals in its loop: uvicorn's own handlers would re-raise
+            # SIGINT after the graceful stop and cancel the engine's shutdown.
+            yield
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -50,7 +68,7 @@ def _uvicorn_server(app: Any, sock: socket.socket, graceful_s: float, log_level:
         lifespan="off",  # the engine's lifetime is ours, not the app's
         access_log=False,
     )
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -86,7 +104,31 @@ async def serve(
         if on_ready is not None:
             loop = asyncio.get_running_loop()
             loop.call_soon(lambda: _when_started(server, url, on_ready))
-        await server.serve(sockets=[sock])
+        with _stop_on_signals(server):
+            await server.serve(sockets=[sock])
+
+
+@contextlib.contextmanager
+def _stop_on_signals(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT / SIGTERM: stop gracefully; a second SIGINT: stop now (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def stop(sig: int) -> None:
+        if server.should_exit and sig == signal.SIGINT:
+            server.force_exit = True
+        server.should_exit = True
+
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    for sig in sigs:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        yield
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
 
 
 def _when_started(server: uvicorn.Server, url: str, on_ready: Callable[[uvicorn.Server, str], None]) -> None:

@@ -188,3 +188,14 @@ def test_response_format_json_schema(client: Any) -> None:
     )
     if r.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_extension_parameters_via_extra_body(client: Any) -> None:
+    r = client.completions.create(
+        model=MODEL,
+        prompt="Hi",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"ignore_eos": True, "min_tokens": 12, "top_k": 5, "repetition_penalty": 1.1},
+    )
+    assert r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length"
