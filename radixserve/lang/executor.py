@@ -108,15 +108,21 @@ class Executor:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until everything submitted so far is done (never call it on the loop's thread)."""
+        target = self.submitted
+        if self.completed >= target or self.done.done():
+            return
         if _on_loop_thread(self.loop):
             raise RuntimeError(
                 "a program state was read inside the event loop that runs it; "
-                "read it after `await fn.arun(...)` or from the program's own body"
+                "read it after `await fn.arun(...)` or `await state.finished()`, or from its own body"
             )
-        target = self.submitted
         with self.cv:
             if not self.cv.wait_for(lambda: self.completed >= target or self.done.done(), timeout):
                 raise TimeoutError("the program state did not finish in time")
+
+    async def finished(self) -> None:
+        """Wait, from any event loop, until the state has ended and all its work is done."""
+        await asyncio.wrap_future(self.done)
 
     def add_listener(self, loop: asyncio.AbstractEventLoop, ev: asyncio.Event) -> None:
         with self.cv:

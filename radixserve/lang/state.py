@@ -86,6 +86,11 @@ class ProgramState:
 
     # ---- reading -------------------------------------------------------------------------
 
+    async def finished(self) -> None:
+        """For async code: wait until the program (this branch) has finished; then reading
+        it (text(), error(), variables) never blocks."""
+        await self._exec.finished()
+
     def sync(self) -> None:
         """Wait until everything appended so far has run."""
         self._exec.wait()

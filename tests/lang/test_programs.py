@@ -225,3 +225,21 @@ def test_backend_argument_takes_an_async_engine_running_in_another_thread(eng: E
     st = few_shot_qa.run(question="What is the capital of Spain?", temperature=0, backend=eng.engine)
     assert st.text() == few_shot_qa.run(question="What is the capital of Spain?", temperature=0).text()
     assert sgl.flush_cache() is True
+
+
+def test_logprobs_in_meta_info(eng: Engine) -> None:
+    @sgl.function
+    def lp(s: Any) -> None:
+        s += "One, two, three," + sgl.gen("x", max_tokens=3, return_logprob=True, top_logprobs_num=2)
+        s += "\nAgain:" + sgl.gen("y", max_tokens=2, logprob_start_len=1)
+
+    st = lp.run(temperature=0)
+    meta = st.get_meta_info("x")
+    assert len(meta["output_token_logprobs"]) == meta["completion_tokens"]
+    assert all(len(top) == 2 for top in meta["output_top_logprobs"])
+    direct = eng.complete("One, two, three,", SamplingParams(max_tokens=3, temperature=0, logprobs=True))
+    assert [t[1] for t in meta["output_token_logprobs"]] == list(direct.token_ids)
+    for (lp_value, _, _), ref in zip(meta["output_token_logprobs"], direct.logprobs):
+        assert abs(lp_value - ref.logprob) < 1e-4
+    ymeta = st.get_meta_info("y")
+    assert len(ymeta["input_token_logprobs"]) == ymeta["prompt_tokens"] - 1
