@@ -80,6 +80,11 @@ def test_answers_follow_sglangs_contract(client: httpx.Client) -> None:
     for answer in r.json():
         decoded = api.GenerateResponse.from_json_value(answer)
         assert decoded.meta_info.prompt_tokens > 0
+    with client.stream("POST", "/generate", json={**req, "stream": True}) as r:
+        chunks = sse(r)
+    assert chunks[-1] == "[DONE]"
+    for chunk in chunks[:-1]:
+        assert api.GenerateResponse.from_json_value(chunk).index in (0, 1)
     # What sglang.Runtime.generate posts (None for everything it was not given).
     body = {
         "text": PROMPT,
