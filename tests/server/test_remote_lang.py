@@ -8,6 +8,7 @@ in tests/lang.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,3 +146,19 @@ def test_errors_and_cache_calls(backends: tuple[RemoteBackend, EngineBackend], l
     assert meta["prompt_tokens"] > 0 and meta["completion_tokens"] == 0
     assert sgl.flush_cache(remote) is True
     assert live.call(live.engine.stats)["cached_tokens"] == 0
+
+
+@sgl.function
+def constrained(s: Any) -> None:
+    s += "A two-digit number: "
+    s += sgl.gen("num", max_tokens=4, regex=r"[0-9]{2}")
+    s += "\nAn integer: "
+    s += sgl.gen("int", max_tokens=4, dtype=int)
+
+
+def test_structured_gen_remotely(backends: tuple[RemoteBackend, EngineBackend]) -> None:
+    """regex and dtype go to the server's grammar engine (passes with structured output merged)."""
+    remote, local = backends
+    a, b = constrained.run(temperature=0, backend=remote), constrained.run(temperature=0, backend=local)
+    assert a.text() == b.text()
+    assert re.fullmatch(r"[0-9]{2}", a["num"]) and re.fullmatch(r"[-+]?[0-9]+", a["int"])
