@@ -222,7 +222,7 @@ def resolve(req: GenerateReqInput, max_n: int) -> tuple[list[Item], bool]:
     tops = _per_item(req.top_logprobs_num, count, "top_logprobs_num", 0)
     keys = _per_item(req.extra_key, count, "extra_key", None)
     if isinstance(req.rid, list):
-        rids = _per_item(req.rid, count, "rid", None)
+        rids = [r or uuid.uuid4().hex for r in _per_item(req.rid, count, "rid", None)]
     elif req.rid is not None:
         rids = [req.rid] if not batch else [f"{req.rid}_{i}" for i in range(count)]
     else:
