@@ -18,6 +18,7 @@ _EXPORTS = {
     "AsyncEngine": "radixserve.engine",
     "Engine": "radixserve.blocking",
     "EngineDeadError": "radixserve.engine",
+    "EngineClosedError": "radixserve.engine",
     "EngineConfig": "radixserve.config",
     "RequestOutput": "radixserve.outputs",
     "TokenLogprob": "radixserve.outputs",
@@ -28,6 +29,7 @@ _EXPORTS = {
 __all__ = [
     "AsyncEngine",
     "Engine",
+    "EngineClosedError",
     "EngineConfig",
     "EngineDeadError",
     "RequestOutput",
@@ -40,7 +42,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
-    from radixserve.engine import AsyncEngine, EngineDeadError
+    from radixserve.engine import AsyncEngine, EngineClosedError, EngineDeadError
     from radixserve.outputs import RequestOutput, TokenLogprob, Usage
     from radixserve.sampling_params import SamplingParams
 

@@ -40,6 +40,14 @@ class Engine:
             if asyncio.iscoroutine(coro):
                 coro.close()  # never awaited: no "was never awaited" warning
             raise RuntimeError("this Engine is closed")
+        if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            # Waiting here would block the very loop that has to do the work.
+            raise RuntimeError(
+                "a blocking Engine method was called from the engine's own event loop: "
+                "await engine.engine.<method>(...) there"
+            )
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result()

@@ -244,7 +244,12 @@ class AsyncEngine:
                 self._abort_quietly(rid)
 
     async def complete(
-        self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        extra_key: str | None = None,
     ) -> RequestOutput | list[RequestOutput]:
         """The final output (a list of n outputs, by index, when `params.n > 1`).
 
@@ -252,16 +257,16 @@ class AsyncEngine:
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         params = params or SamplingParams()
-        reqs = self._make_requests(prompt, params, kw.get("request_id"), kw.get("extra_key"))
+        reqs = self._make_requests(prompt, params, request_id, extra_key)
         for r in reqs:
             r.stream = False
         assert self._loop is not None
         collector = _Collector(len(reqs), self._loop.create_future())
-        rid = self._submit(reqs, collector, kw.get("request_id"))
+        rid = self._submit(reqs, collector, request_id)
         try:
             outs = await collector.done
         finally:
-            self._release_sink(rid, kw.get("request_id"))
+            self._release_sink(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
                 self._abort_quietly(rid)
         return outs[0] if len(outs) == 1 else outs
@@ -429,6 +434,8 @@ class AsyncEngine:
         rid = request_id or uuid.uuid4().hex
         if not isinstance(rid, str):
             raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
         if rid in self._owner:
             raise ValueError(f"request_id {rid!r} is already running")
         if rid in self._pending:  # an earlier request of this id is still winding down

@@ -216,6 +216,13 @@ def test_an_engine_belongs_to_its_loop(engine: Engine, tokenizer: Any) -> None:
     assert fut.result(T).finished
     assert engine.complete(ids, SamplingParams(max_tokens=2)).finished
 
+    async def blocking_call_inside_the_loop(_: AsyncEngine) -> None:
+        engine.stats()  # would deadlock: the loop waiting on itself
+
+    with pytest.raises(RuntimeError, match="own event loop"):
+        engine.run(blocking_call_inside_the_loop(async_engine))
+    assert engine.healthy
+
 
 def test_an_engine_whose_loop_closed_stops_instead_of_hanging(tokenizer: Any) -> None:
     """item 4: its loop ended with a request in flight; the next loop is told, and can shut it down."""

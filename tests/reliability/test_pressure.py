@@ -41,7 +41,7 @@ def test_a_request_that_fits_is_not_aborted_when_the_pool_runs_dry(tokenizer: An
                 T,
             )
             assert s.finish_reason == "length" and list(s.token_ids) == small_ref, s
-            # 67 + 32 tokens cannot fit 80 slots: the big one ends when the pool is full, with its tokens so far
+            # 67 + 32 tokens cannot fit 80 slots: the big one ends when the pool is full, tokens so far kept
             assert b.finish_reason == "abort" and "too small" in (b.error or "")
             assert list(b.token_ids) == hf_greedy(hf_model, big, len(b.token_ids)) and len(b.token_ids) >= 10
             # alone, a request whose prompt fits runs until the pool is full (no reserve refusing it)
