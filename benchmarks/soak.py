@@ -208,7 +208,7 @@ class Soak:
 
 
 async def run_soak(
-    n: int, seed: int = 0, concurrency: int = 48, kv_cache_tokens: int = 256
+    n: int, seed: int = 0, concurrency: int = 48, kv_cache_tokens: int = 128
 ) -> dict[str, Any]:
     cfg = EngineConfig(
         model=MODEL,
