@@ -19,6 +19,7 @@ _EXPORTS = {
     "AsyncEngine": "radixserve.engine",
     "Engine": "radixserve.blocking",
     "EngineDeadError": "radixserve.engine",
+    "EngineClosedError": "radixserve.engine",
     "EngineConfig": "radixserve.config",
     "RequestOutput": "radixserve.outputs",
     "TokenLogprob": "radixserve.outputs",
@@ -30,6 +31,7 @@ __all__ = [
     "AnyioEngine",
     "AsyncEngine",
     "Engine",
+    "EngineClosedError",
     "EngineConfig",
     "EngineDeadError",
     "RequestOutput",
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from radixserve.anyio_engine import AnyioEngine
     from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
-    from radixserve.engine import AsyncEngine, EngineDeadError
+    from radixserve.engine import AsyncEngine, EngineClosedError, EngineDeadError
     from radixserve.outputs import RequestOutput, TokenLogprob, Usage
     from radixserve.sampling_params import SamplingParams
 

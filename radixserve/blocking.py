@@ -22,6 +22,7 @@ class Engine:
     """Blocking facade over `AsyncEngine` (see the module docstring)."""
 
     def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+        self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="radixserve-loop", daemon=True)
         self._thread.start()
@@ -35,6 +36,18 @@ class Engine:
     def run(self, coro: Any) -> Any:
         """Run a coroutine on the engine's event loop and wait for it (e.g. a body
         that uses `self.engine`, the AsyncEngine, directly)."""
+        if self._closed or not self._loop.is_running():
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never awaited: no "was never awaited" warning
+            raise RuntimeError("this Engine is closed")
+        if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            # Waiting here would block the very loop that has to do the work.
+            raise RuntimeError(
+                "a blocking Engine method was called from the engine's own event loop: "
+                "await engine.engine.<method>(...) there"
+            )
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result()
@@ -85,13 +98,21 @@ class Engine:
         return self.engine.healthy
 
     def close(self) -> None:
-        if self._loop.is_running():
-            self.run(self.engine.shutdown(drain=False))
-            self._stop_loop()
+        """Shut down: every call still waiting (on other threads) raises, and so does every later one."""
+        if self._closed:
+            return
+        try:
+            if self._loop.is_running():
+                self.run(self.engine.shutdown(drain=False))
+        finally:
+            self._closed = True
+            if self._loop.is_running():
+                self._stop_loop()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
+        self._loop.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -10,8 +10,10 @@ Both run on the embedded default model unless `--model` names another (a
 Hugging Face folder, a .gguf file or `dummy:<shape>`). The command runs one
 `AsyncEngine` in an asyncio loop on the main thread, so Ctrl-C cancels the
 stream, which aborts the request and frees its KV. Errors print one line to
-stderr (set RADIXSERVE_DEBUG=1 for the traceback); exit codes: 0 ok, 1 runtime
-error (e.g. the model does not load), 2 bad arguments, 130 interrupted.
+stderr (set RADIXSERVE_DEBUG=1 for the traceback); exit codes: 0 ok (also when
+the reader of stdout goes away, as `| head` does), 1 runtime error (e.g. the
+model does not load), 2 bad arguments (also a device this machine lacks), 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        # "radixserve: error: " is printed once by _fail; a subcommand names itself.
+        sub = self.prog.removeprefix("radixserve").strip()
+        raise _UsageError(f"{sub + ': ' if sub else ''}{message} (see {self.prog} --help)")
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -58,7 +62,10 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from radixserve import __version__
+
     parser = _Parser(prog="radixserve", description="Run an LLM in the terminal with radixserve.")
+    parser.add_argument("--version", action="version", version=f"radixserve {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="stream the completion of one prompt to stdout")
     gen.add_argument("prompt", help='the prompt text, or "-" to read it from stdin')
@@ -89,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve_command(args)
     try:
         params = _sampling_params(args)
+        _check_device(args.device)
     except ValueError as e:
         return _fail(str(e), EXIT_USAGE)
     try:
@@ -96,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`| head`): the stream was closed, which aborted the request. Not
+        # an error; stdout goes to devnull so the interpreter's final flush stays quiet.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:
         if os.environ.get("RADIXSERVE_DEBUG"):
             raise
@@ -111,6 +125,12 @@ def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     expected = isinstance(e, (ValueError, OSError, RuntimeError))
     return text if expected and text else f"{type(e).__name__}: {text}".rstrip(": ")
+
+
+def _check_device(device: str) -> None:
+    from radixserve.config import EngineConfig
+
+    EngineConfig(device=device).torch_device()  # ValueError: e.g. cuda on a CPU-only build
 
 
 def _sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -13,6 +13,9 @@ import torch
 
 from radixserve.sched.scheduler import SchedulerConfig
 
+GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
+CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -21,7 +24,9 @@ class EngineConfig:
     dtype: str = "auto"  # "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16", "float16"
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:1"
     overlap: bool = True  # RADIXSERVE_DISABLE_OVERLAP=1 turns it off
-    chunked_prefill_size: int = 8192  # prefill tokens per step; long prompts go in chunks of this
+    # Prefill tokens per step; long prompts go in chunks of this. None: per device (CPU_CHUNK on
+    # the CPU, where a forward of 8192 tokens takes minutes and stalls everyone; GPU_CHUNK on a GPU).
+    chunked_prefill_size: int | None = None
     max_running_requests: int = 256
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
@@ -37,7 +42,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("chunked_prefill_size", "max_running_requests", "page_size"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if v is None and name == "chunked_prefill_size":
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
@@ -56,7 +63,21 @@ class EngineConfig:
     def torch_device(self) -> torch.device:
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"EngineConfig.device={self.device!r}: {e}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"EngineConfig.device={self.device!r}: {why}; use device='cpu' or 'auto'")
+        return device
+
+    @property
+    def prefill_chunk(self) -> int:
+        """`chunked_prefill_size`, or the default of the device."""
+        if self.chunked_prefill_size is not None:
+            return self.chunked_prefill_size
+        return GPU_CHUNK if self.torch_device().type == "cuda" else CPU_CHUNK
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype == "auto":
@@ -66,7 +87,7 @@ class EngineConfig:
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
             max_running_requests=self.max_running_requests,
-            chunked_prefill_size=self.chunked_prefill_size,
+            chunked_prefill_size=self.prefill_chunk,
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
         )

@@ -5,20 +5,30 @@ and validated there (a bad request raises in the caller and never reaches the
 worker); the worker thread (`sched/worker.py`) schedules and runs the model;
 its outputs come back once per step through `loop.call_soon_threadsafe` into
 one queue per request, which `generate()` drains as an async generator.
-Leaving the `async for` early or cancelling the task aborts the request.
+Cancelling the task aborts the request, and so does closing the generator
+(see `generate`).
+
+An engine belongs to the event loop it was started in (`engine.loop`); calls
+from another loop raise `RuntimeError` at once. Internally each submission
+has its own key (the request id, or the id plus a suffix while an earlier
+request of the same id is still winding down), so late outputs of a cancelled
+request never reach a new request that reuses its id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import threading
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
+from radixserve import validation as V
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
@@ -36,10 +46,16 @@ from radixserve.sched.worker import Worker
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 
 _CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
+# Engines build one at a time: transformers' lazy imports are not thread-safe.
+_BUILD_LOCK = threading.Lock()
 
 
 class EngineDeadError(RuntimeError):
-    """The worker thread failed; the engine takes no more requests."""
+    """The worker thread failed (or its event loop closed); the engine takes no more requests."""
+
+
+class EngineClosedError(EngineDeadError):
+    """The engine was shut down (`shutdown(drain=False)`, `Engine.close()`) before the request ended."""
 
 
 class AsyncEngine:
@@ -54,6 +70,12 @@ class AsyncEngine:
         self._idle: asyncio.Event | None = None
         self._arrival = itertools.count()
         self._error: BaseException | None = None
+        self._start_task: asyncio.Task[None] | None = None
+        self._owner: dict[str, str] = {}  # caller's request id -> key of its live submission
+        self._pending: dict[str, int] = {}  # key -> completions whose final output is still to come
+        self._alias: dict[str, str] = {}  # key -> caller's request id, where the two differ
+        self._keys = itertools.count()
+        self._calls: set[asyncio.Future[Any]] = set()  # maintenance calls waiting on the worker
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
@@ -62,17 +84,43 @@ class AsyncEngine:
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> AsyncEngine:
-        if self._worker is not None:
+        """Load the model and start the worker; concurrent calls share one start."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and loop is not self._loop and (self._worker or self._start_task):
+            raise self._wrong_loop()
+        if self._worker is not None and self._start_task is None:
             return self
-        self._loop = asyncio.get_running_loop()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        await asyncio.to_thread(self._build)
-        assert self._worker is not None
-        self._worker.start()
+        if self._start_task is None:
+            self._loop = loop
+            self._start_task = loop.create_task(self._start())
+        # Shielded: one impatient caller's cancel must not leave a half-built engine behind.
+        await asyncio.shield(self._start_task)
         return self
 
+    async def _start(self) -> None:
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._error = None
+        try:
+            await asyncio.to_thread(self._build)
+        except BaseException:
+            self._loop = None
+            raise
+        finally:
+            self._start_task = None
+        assert self._worker is not None
+        self._worker.start()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this engine was started in (None before `start()`); it serves only that loop."""
+        return self._loop
+
     def _build(self) -> None:
+        with _BUILD_LOCK:
+            self._build_locked()
+
+    def _build_locked(self) -> None:
         cfg = self.config
         device, dtype = cfg.torch_device(), cfg.torch_dtype()
         loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
@@ -120,14 +168,27 @@ class AsyncEngine:
         return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * self.context_length))
 
     async def shutdown(self, drain: bool = True) -> None:
-        """Stop the worker; with `drain`, first let every submitted request finish."""
+        """Stop the worker; with `drain`, first let every submitted request finish.
+
+        Without it, every request still pending ends at once: its `complete()` or
+        `generate()` raises `EngineClosedError`. Later calls raise `RuntimeError`."""
+        if self._start_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._start_task)
         if self._worker is None:
             return
-        if drain and self._error is None:
+        if asyncio.get_running_loop() is not self._loop:
+            assert self._loop is not None
+            if not self._loop.is_closed():
+                raise self._wrong_loop()
+            drain = False  # its loop is gone, and with it everyone who could wait for a result
+        elif drain and self._error is None:
             assert self._idle is not None
             await self._idle.wait()
         worker, self._worker = self._worker, None
         await asyncio.to_thread(worker.stop)
+        if self._loop is not None and not self._loop.is_closed():
+            self._close_sinks(EngineClosedError("the engine was shut down before this request finished"))
         # Drop the model, pool and graphs so their device memory can be reused.
         self.loaded = self.scheduler = self.pool = None
 
@@ -138,12 +199,9 @@ class AsyncEngine:
         await self.shutdown(drain=exc[0] is None)
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        return self._loop
-
-    @property
     def healthy(self) -> bool:
-        return self._worker is not None and self._worker.alive and self._error is None
+        loop_ok = self._loop is not None and not self._loop.is_closed()
+        return self._worker is not None and self._worker.alive and self._error is None and loop_ok
 
     @property
     def tokenizer(self) -> Any:
@@ -159,11 +217,18 @@ class AsyncEngine:
         request_id: str | None = None,
         extra_key: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Stream outputs of one request (n completions interleaved, told apart by `index`)."""
+        """Stream outputs of one request (n completions interleaved, told apart by `index`).
+
+        The request is aborted (and its KV freed) when the generator is closed
+        before the end: at once when the task is cancelled, on `await gen.aclose()`
+        or at the end of `async with contextlib.aclosing(engine.generate(...))`;
+        after a plain `break`, when the generator is garbage-collected (in CPython
+        right away, unless the caller still holds a reference to it).
+        """
         params = params or SamplingParams()
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        rid = self._submit(reqs, queue)
+        rid = self._submit(reqs, queue, request_id)
         remaining = len(reqs)
         try:
             while remaining:
@@ -174,12 +239,17 @@ class AsyncEngine:
                     remaining -= 1
                 yield item
         finally:
-            self._streams.pop(rid, None)
+            self._release_sink(rid, request_id)
             if remaining:
                 self._abort_quietly(rid)
 
     async def complete(
-        self, prompt: Prompt, params: SamplingParams | None = None, **kw: Any
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        extra_key: str | None = None,
     ) -> RequestOutput | list[RequestOutput]:
         """The final output (a list of n outputs, by index, when `params.n > 1`).
 
@@ -187,16 +257,16 @@ class AsyncEngine:
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         params = params or SamplingParams()
-        reqs = self._make_requests(prompt, params, kw.get("request_id"), kw.get("extra_key"))
+        reqs = self._make_requests(prompt, params, request_id, extra_key)
         for r in reqs:
             r.stream = False
         assert self._loop is not None
         collector = _Collector(len(reqs), self._loop.create_future())
-        rid = self._submit(reqs, collector)
+        rid = self._submit(reqs, collector, request_id)
         try:
             outs = await collector.done
         finally:
-            self._streams.pop(rid, None)
+            self._release_sink(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
                 self._abort_quietly(rid)
         return outs[0] if len(outs) == 1 else outs
@@ -224,28 +294,50 @@ class AsyncEngine:
                 bar.update(1)
             return res
 
+        self._check_alive()
+        tasks = [asyncio.ensure_future(one(p, sp)) for p, sp in zip(prompts, plist)]
         try:
-            return list(await asyncio.gather(*(one(p, sp) for p, sp in zip(prompts, plist))))
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # One failure (e.g. an invalid prompt) ends the whole call: abort the others too.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         finally:
             if bar is not None:
                 bar.close()
 
-    def _submit(self, reqs: list[Request], sink: Any) -> str:
-        rid = reqs[0].rid
+    def _submit(self, reqs: list[Request], sink: Any, request_id: str | None) -> str:
+        rid = reqs[0].rid  # the submission's key
+        user = request_id or rid
         self._streams[rid] = sink
+        self._owner[user] = rid
+        self._pending[rid] = len(reqs)
+        if user != rid:
+            self._alias[rid] = user
         self._active += len(reqs)
         assert self._idle is not None and self._worker is not None
         self._idle.clear()
         self._worker.submit("add", reqs)
         return rid
 
+    def _release_sink(self, key: str, request_id: str | None) -> None:
+        """The caller stopped listening to submission `key`; its request id may be reused."""
+        self._streams.pop(key, None)
+        user = request_id or key
+        if self._owner.get(user) == key:
+            del self._owner[user]
+
     def _abort_quietly(self, rid: str) -> None:
         if self._worker is not None and self._error is None:
             self._worker.submit("abort", (rid, "cancelled by the caller"))
 
     async def abort(self, request_id: str) -> None:
+        self._check_loop()
         if self._worker is not None:
-            self._worker.submit("abort", (request_id, "aborted by abort()"))
+            key = self._owner.get(request_id, request_id)
+            self._worker.submit("abort", (key, "aborted by abort()"))
 
     # ---- maintenance (run on the worker thread, between steps) ---------------------------
 
@@ -259,10 +351,14 @@ class AsyncEngine:
                 if not fut.done():
                     fut.set_exception(err) if err else fut.set_result(value)
 
-            self._loop.call_soon_threadsafe(settle)  # type: ignore[union-attr]
+            self._to_loop(settle)
 
-        self._worker.submit("call", (fn, done))
-        return await fut
+        self._calls.add(fut)
+        try:
+            self._worker.submit("call", (fn, done))
+            return await fut
+        finally:
+            self._calls.discard(fut)
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
@@ -296,7 +392,19 @@ class AsyncEngine:
 
     # ---- internals -----------------------------------------------------------------------
 
+    def _wrong_loop(self) -> RuntimeError:
+        return RuntimeError(
+            "this AsyncEngine belongs to the event loop it was started in (engine.loop), and this call "
+            "runs in another one; use the blocking radixserve.Engine from other threads, or submit the "
+            "coroutine to the engine's loop: asyncio.run_coroutine_threadsafe(coro, engine.loop)"
+        )
+
+    def _check_loop(self) -> None:
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            raise self._wrong_loop()
+
     def _check_alive(self) -> None:
+        self._check_loop()
         if self._error is not None:
             raise EngineDeadError(f"the engine's worker failed: {self._error!r}") from self._error
         if self._worker is None:
@@ -324,8 +432,14 @@ class AsyncEngine:
             raise ValueError(f"input_ids must be token ids in [0, {vocab})")
         params.check_vocab(vocab)
         rid = request_id or uuid.uuid4().hex
-        if rid in self._streams:
+        if not isinstance(rid, str):
+            raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+        if rid in self._owner:
             raise ValueError(f"request_id {rid!r} is already running")
+        if rid in self._pending:  # an earlier request of this id is still winding down
+            rid = f"{rid}\x00{next(self._keys)}"
         eos = frozenset(self.loaded.eos_token_ids or self.loaded.config.eos_token_ids)
         reqs = []
         for i in range(params.n):
@@ -343,44 +457,91 @@ class AsyncEngine:
         if isinstance(prompt, str):
             if tok is None:
                 raise ValueError("this model has no tokenizer: pass token ids instead of text")
-            return list(tok.encode(prompt, add_special_tokens=True))
+            V.check_text("prompt", prompt, owner="the")
+            return self._encode(prompt, add_special_tokens=True)
+        if hasattr(prompt, "tolist") and not isinstance(prompt, (bytes, bytearray)):
+            prompt = prompt.tolist()  # a numpy array or torch tensor of ids
+        if not isinstance(prompt, Sequence) or isinstance(prompt, (bytes, bytearray)):
+            raise TypeError(
+                "a prompt is a string, a list of chat messages (dicts) or a list of token ids, "
+                f"got {type(prompt).__name__}"
+            )
         seq = list(prompt)
-        if seq and isinstance(seq[0], dict):
+        if seq and isinstance(seq[0], Mapping):
             if tok is None or not getattr(tok, "chat_template", None):
                 raise ValueError("this model has no chat template: pass text or token ids")
-            text = tok.apply_chat_template(seq, tokenize=False, add_generation_prompt=True)
-            return list(tok.encode(text, add_special_tokens=False))
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
-            raise TypeError("a prompt is a string, a list of chat messages (dicts) or a list of token ids")
-        return [int(t) for t in seq]  # type: ignore[call-overload]
+            messages = V.chat_messages(seq)
+            try:
+                text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            except Exception as e:  # noqa: BLE001 - e.g. a template that requires alternating roles
+                raise ValueError(f"the chat template rejected these messages: {e}") from e
+            return self._encode(text, add_special_tokens=False)
+        return V.prompt_token_ids(seq)
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        try:
+            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        except Exception as e:  # noqa: BLE001 - the tokenizer's failure on this input
+            raise ValueError(f"the tokenizer failed on this prompt: {type(e).__name__}: {e}") from e
+
+    def _to_loop(self, fn: Any, *args: Any) -> None:  # worker thread
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell, so stop serving
+            if self._error is None:
+                self._error = EngineDeadError(
+                    "the event loop this engine was started in is closed; start a new engine in your loop"
+                )
+            worker = self._worker
+            if worker is not None:
+                worker.stop()
 
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._dispatch, outputs)
+        self._to_loop(self._dispatch, outputs)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:  # event loop
         for out in outputs:
-            q = self._streams.get(out.request_id)
+            key = out.request_id
+            user = self._alias.get(key) if self._alias else None
+            if user is not None:
+                out = replace(out, request_id=user)
+            q = self._streams.get(key)
             if q is not None:
                 q.put_nowait(out)
             if out.finished:
                 self._active -= 1
+                left = self._pending.get(key, 0) - 1
+                if left > 0:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
+                    self._alias.pop(key, None)
         if self._active <= 0 and self._idle is not None:
             self._active = 0
             self._idle.set()
 
-    def _fail(self, err: BaseException) -> None:  # worker thread
-        assert self._loop is not None
+    def _close_sinks(self, err: BaseException) -> None:  # event loop
+        """Every pending request and maintenance call ends with `err`; nobody waits forever."""
+        for q in self._streams.values():
+            q.put_nowait(err)
+        for fut in self._calls:
+            if not fut.done():
+                fut.set_exception(err)
+        self._streams.clear()
+        self._owner.clear()
+        self._pending.clear()
+        self._alias.clear()
+        self._active = 0
+        if self._idle is not None:
+            self._idle.set()
 
+    def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:
             self._error = err
-            for q in self._streams.values():
-                q.put_nowait(EngineDeadError(f"the engine's worker failed: {err!r}"))
-            self._active = 0
-            if self._idle is not None:
-                self._idle.set()
+            self._close_sinks(EngineDeadError(f"the engine's worker failed: {err!r}"))
 
-        self._loop.call_soon_threadsafe(fail_all)
+        self._to_loop(fail_all)
 
 
 class _Collector:

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixserve import validation as V
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -38,13 +40,12 @@ class SamplingParams:
     prompt_logprobs_start: int = 0
 
     def __post_init__(self) -> None:
-        # Accept lists/strings from callers but store immutable tuples.
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        else:
-            object.__setattr__(self, "stop", tuple(self.stop))
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        object.__setattr__(self, "logit_bias", dict(self.logit_bias))
+        # Accept lists/strings from callers but store immutable tuples (types checked on the way).
+        object.__setattr__(self, "stop", V.stop_strings(self.stop))
+        object.__setattr__(
+            self, "stop_token_ids", V.token_ids("stop_token_ids", self.stop_token_ids, V.MAX_STOP_TOKEN_IDS)
+        )
+        object.__setattr__(self, "logit_bias", V.logit_bias(self.logit_bias))
         self._validate()
 
     def _validate(self) -> None:
@@ -53,38 +54,34 @@ class SamplingParams:
 
         _check_int(self, "max_tokens", 0)
         _check_int(self, "min_tokens", 0)
-        _check_int(self, "n", 1)
+        _check_int(self, "n", 1, V.MAX_N)
         _check_int(self, "top_logprobs", 0, 20)
         _check_int(self, "prompt_logprobs_start", 0)
+        # Any top_k >= 1 is accepted; the sampler clamps it to the vocabulary.
         if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool)) or (
             self.top_k != -1 and self.top_k < 1
         ):
             raise bad("top_k", "must be -1 (disabled) or an integer >= 1")
         if self.min_tokens > self.max_tokens:
             raise bad("min_tokens", f"must be <= max_tokens ({self.max_tokens})")
-        _check_float(self, "temperature", 0.0, None)
+        _check_float(self, "temperature", 0.0, V.MAX_TEMPERATURE)
         _check_float(self, "top_p", 0.0, 1.0, low_open=True)
         _check_float(self, "min_p", 0.0, 1.0)
         _check_float(self, "frequency_penalty", -2.0, 2.0)
         _check_float(self, "presence_penalty", -2.0, 2.0)
-        _check_float(self, "repetition_penalty", 0.0, None, low_open=True)
+        _check_float(self, "repetition_penalty", *V.REPETITION_PENALTY_RANGE)
+        for name in ("include_stop_str_in_output", "ignore_eos", "logprobs", "skip_special_tokens"):
+            V.check_bool(name, getattr(self, name))
+        V.check_bool("prompt_logprobs", self.prompt_logprobs)
         if self.top_logprobs and not self.logprobs:
             raise bad("top_logprobs", "needs logprobs=True")
-        if not all(isinstance(s, str) and s for s in self.stop):
-            raise bad("stop", "must be non-empty strings")
-        if not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "must be non-negative integers")
         if self.seed is not None and not _is_int(self.seed):
             raise bad("seed", "must be an integer or None")
-        for tok, bias in self.logit_bias.items():
-            if not _is_int(tok) or tok < 0:
-                raise bad("logit_bias", f"key {tok!r} is not a token id")
-            if not isinstance(bias, (int, float)) or bias != bias:
-                raise bad("logit_bias", f"bias for token {tok} is not a number")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # Below a tiny temperature, sampling is greedy: logits / 1e-45 would overflow to NaN.
+        return self.temperature < V.GREEDY_TEMPERATURE
 
     @property
     def uses_penalties(self) -> bool:
@@ -106,27 +103,16 @@ class SamplingParams:
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return V.is_int(v)
 
 
 def _check_int(p: SamplingParams, name: str, low: int, high: int | None = None) -> None:
-    v = getattr(p, name)
-    if not _is_int(v) or v < low or (high is not None and v > high):
-        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"SamplingParams.{name}={v!r}: must be an integer {rng}")
+    V.check_int(name, getattr(p, name), low, high)
 
 
-def _check_float(
-    p: SamplingParams, name: str, low: float, high: float | None, low_open: bool = False
-) -> None:
-    v = getattr(p, name)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-    if ok:
-        ok = (v > low if low_open else v >= low) and (high is None or v <= high)
-    if not ok:
-        lo = "(" if low_open else "["
-        hi = f"{high}]" if high is not None else "inf)"
-        raise ValueError(f"SamplingParams.{name}={v!r}: must be a number in {lo}{low}, {hi}")
+def _check_float(p: SamplingParams, name: str, low: float, high: float, low_open: bool = False) -> None:
+    # Stored as a float: an int the caller passed is converted once, here.
+    object.__setattr__(p, name, V.check_float(name, getattr(p, name), low, high, low_open))
 
 
 def as_stop_tuple(stop: str | Sequence[str] | None) -> tuple[str, ...]:

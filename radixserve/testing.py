@@ -59,6 +59,7 @@ import pytest
 if TYPE_CHECKING:  # radixserve imports torch: only fixtures that are used import it
     from radixserve.blocking import Engine
     from radixserve.engine import AsyncEngine
+    from radixserve.runtime.runner import FaultHook
     from radixserve.sampling_params import SamplingParams
 
 T = TypeVar("T")
@@ -146,3 +147,20 @@ def radixserve_run(radixserve_engine: Engine) -> Callable[[Callable[[AsyncEngine
         return radixserve_engine._run(body(radixserve_engine.engine))  # type: ignore[no-any-return]
 
     return run
+
+
+def inject_faults(engine: AsyncEngine | Engine, hook: FaultHook | None) -> None:
+    """Test hook: run `hook(step, logits, sampling)` after every forward, on the worker thread.
+
+    `step` counts forwards from 1; `logits` are the step's `[rows, vocab]` (a row
+    per request that samples, in `sampling.params` order); the hook returns the
+    logits to sample from (e.g. with NaN rows) or raises, as a failing device
+    would. `None` removes the hook. For reliability tests of one's own stack.
+    """
+    from radixserve.blocking import Engine
+
+    eng = engine.engine if isinstance(engine, Engine) else engine  # Engine wraps an AsyncEngine
+    worker = eng._worker
+    if worker is None:
+        raise RuntimeError("inject_faults: start the engine first")
+    worker.runner.fault_hook = hook

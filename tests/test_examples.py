@@ -93,6 +93,13 @@ async def _fastapi_checks(example: ModuleType) -> None:
             assert bad.status_code == 400 and "temperature" in bad.json()["detail"]
             too_long = await client.post("/generate", json={**req, "prompt": "word " * 9000})
             assert too_long.status_code == 400 and "context" in too_long.json()["detail"]
+            for path in ("/generate", "/complete"):  # a malformed chat message is the caller's error
+                no_role = await client.post(path, json={**req, "prompt": [{"content": "hi"}]})
+                assert no_role.status_code == 400 and "role" in no_role.json()["detail"], no_role.text
+                role = await client.post(path, json={**req, "prompt": [{"role": "wizard", "content": "hi"}]})
+                assert role.status_code == 400 and "role" in role.json()["detail"], role.text
+            again = await client.post("/complete", json=req)  # and the app serves on
+            assert again.status_code == 200 and again.json()["text"] == greedy.text
 
         for spec_version in ("2.0", "2.4"):  # Starlette watches for disconnects only before 2.4
             await _disconnect_aborts(app, engine, spec_version)

@@ -10,6 +10,7 @@ device-to-host sync per step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,9 @@ from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
+
+# (step number from 1, logits [rows, vocab], the step's sampling inputs) -> logits to use
+FaultHook = Callable[[int, torch.Tensor, SamplingInputs], torch.Tensor]
 
 
 @dataclass
@@ -79,6 +83,9 @@ class ModelRunner:
         self.last_tokens = torch.zeros(max_rows, dtype=torch.int64, device=device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.graphs: DecodeGraphs | None = None
+        # Test hook (radixserve.testing.inject_faults): sees each step's logits, may raise or edit them.
+        self.fault_hook: FaultHook | None = None
+        self.launches = 0
 
     def enable_cuda_graphs(self, max_bs: int, max_kv_tokens: int, scratch_slot: int) -> bool:
         """Capture decode graphs (CUDA and a graph-capable backend only); True if done."""
@@ -120,10 +127,14 @@ class ModelRunner:
         else:
             self.attn.plan(fb)
             logits = self.model(fb, self.attn)
+        self.launches += 1
+        if self.fault_hook is not None:
+            logits = self.fault_hook(self.launches, logits, sampling)
         n = len(sampling)
         out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
         if n:
-            self.last_tokens[to_device(sampling.rows, torch.int64, self.device)] = out.next_ids
+            # An invalid id (-1, NaN logits) must not index the embedding of the next step.
+            self.last_tokens[to_device(sampling.rows, torch.int64, self.device)] = out.next_ids.clamp(min=0)
         handle = StepHandle(next_ids=_to_host(out.next_ids), event=None)
         if out.logprobs is not None:
             handle.logprobs = _to_host(out.logprobs)

@@ -23,6 +23,7 @@ from radixserve.runtime.host import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15
+INVALID_TOKEN = -1  # next id of a row whose logits were NaN/inf
 
 
 @dataclass
@@ -122,12 +123,15 @@ class Sampler:
             k = max(p.top_logprobs for p in inp.params)
             if k:
                 out.top_logprobs, out.top_ids = lp.topk(k, dim=-1)
+        # A row whose model logits are not finite gets id -1 (no extra sync: it rides on
+        # the step's one copy); the scheduler aborts that request alone.
+        out.next_ids = torch.where(torch.isfinite(raw).all(dim=-1), next_ids, INVALID_TOKEN)
         return out
 
     def _sample(self, logits: torch.Tensor, inp: SamplingInputs) -> torch.Tensor:
         n = len(inp)
         temps = to_device(
-            [p.temperature if p.temperature > 0 else 1.0 for p in inp.params], torch.float32, self.device
+            [1.0 if p.greedy else p.temperature for p in inp.params], torch.float32, self.device
         )
         probs = torch.softmax(logits / temps[:, None], dim=-1)
         top_k = [p.top_k for p in inp.params]
@@ -177,7 +181,8 @@ def _top_k_top_p(
 ) -> torch.Tensor:
     sorted_p, order = probs.sort(dim=-1, descending=True)
     vocab = probs.shape[-1]
-    k = to_device([t if t > 0 else vocab for t in top_k], torch.int64, device)[:, None]
+    # Any top_k >= 1 is valid; beyond the vocabulary it means the whole vocabulary.
+    k = to_device([t if 0 < t < vocab else vocab for t in top_k], torch.int64, device)[:, None]
     ranks = torch.arange(vocab, device=device)[None, :]
     drop = ranks >= k
     cum = sorted_p.cumsum(dim=-1)

@@ -10,6 +10,9 @@ Each step is either a prefill step or a decode step ("prefill first"):
   uncached prefix with one already picked this step waits a step, so it hits
   the cache instead of computing the same KV twice. Each chunk's KV goes into
   the radix tree as soon as the chunk is scheduled.
+- Chunks and decodes alternate: after a chunk of a prompt with chunks left,
+  the next step decodes the running requests (if any), so a long prompt
+  delays the others by one chunk at a time, not by its whole prefill.
 - Decode: every running request whose prompt is done gets one token. When
   the pool runs dry, the requests cheapest to redo (fewest tokens) are
   retracted: their KV goes into the tree (unlocked), they rejoin the queue
@@ -77,6 +80,7 @@ class Scheduler:
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
         self.retractions = 0
+        self._chunking = False  # the last step was a chunk of a prompt with chunks left
 
     # ---- queue ---------------------------------------------------------------------------
 
@@ -109,8 +113,16 @@ class Scheduler:
 
     def schedule(self, inflight: bool = False) -> Batch | object | None:
         """The next step's batch, None when idle, or NEED_SYNC (see module doc)."""
-        batch = self._schedule_prefill() or self._schedule_decode(inflight)
-        if batch is None and not inflight and self.has_work:
+        aborted = len(self._aborted)
+        if self._chunking:  # a long prompt is half-way: let the decoders have this step
+            self._chunking = False
+            batch = self._schedule_decode(inflight) or self._schedule_prefill()
+        else:
+            batch = self._schedule_prefill() or self._schedule_decode(inflight)
+        if isinstance(batch, Batch) and batch.is_prefill:
+            self._chunking = any(not r.prefill_done for r in batch.reqs)
+        # An abort in this call freed memory: the others get a chance at it first.
+        if batch is None and not inflight and self.has_work and len(self._aborted) == aborted:
             # Nothing can run and nothing in flight will free memory: without this the
             # request would wait forever. Fail the oldest one with the reason.
             req = self.running[0] if self.running else self.waiting.popleft()
@@ -142,7 +154,7 @@ class Scheduler:
             if self._shares_with_picked(req, matched, picked):
                 continue
             n = min(req.num_known - matched, budget)
-            if not self._admit(req, match, n):
+            if not self._admit(req, match, n, alone=not (self.running or new_reqs)):
                 break
             new_reqs.append(req)
             picked.append((req, n))
@@ -192,9 +204,12 @@ class Scheduler:
         ratio = self.cfg.decode_reserve_ratio
         return sum(math.ceil(r.remaining_tokens * ratio) for r in [*self.running, *extra])
 
-    def _admit(self, req: Request, match: Any, n: int) -> bool:
-        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens."""
-        if not self.kv.claim(req, match, n, reserve=self._decode_reserve((req,))):
+    def _admit(self, req: Request, match: Any, n: int, alone: bool = False) -> bool:
+        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens.
+
+        Alone (nothing else running) it needs no decode reserve: it may use the whole pool."""
+        reserve = 0 if alone else self._decode_reserve((req,))
+        if not self.kv.claim(req, match, n, reserve=reserve):
             return False
         req.status = Status.RUNNING
         req.penalty_init = req.params.uses_penalties
@@ -362,11 +377,24 @@ class Scheduler:
             if req.finished:
                 continue  # aborted or stopped while this step was in flight
             req.pending -= 1
+            if tok < 0:  # INVALID_TOKEN: this row's logits were NaN/inf
+                self._finish(req, "abort", error="the model produced non-finite logits (NaN/inf)")
+                continue
             req.output_ids.append(tok)
-            out = self._on_token(req, tok, lp)
+            try:
+                out = self._on_token(req, tok, lp)
+            except Exception as e:  # noqa: BLE001 - one request's data (its detokenization) fails it alone
+                self.fail_request(req, e)
+                continue
             if out is not None:
                 outputs.append(out)
+        outputs.extend(self.take_aborted())
         return outputs
+
+    def fail_request(self, req: Request, err: BaseException) -> None:
+        """End one request with finish_reason "abort" because handling its data raised `err`."""
+        req.detok = None  # it may be what failed: the abort output carries no text
+        self._finish(req, "abort", error=f"this request failed: {type(err).__name__}: {err}")
 
     def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
         if req.detok is not None:

@@ -11,7 +11,9 @@ Lockstep mode runs the same calls in order (launch, wait, process). The
 caller's event loop talks to the worker only through `submit()` (a
 thread-safe inbox) and the `post` callback (which the engine routes through
 `loop.call_soon_threadsafe`, once per step). An exception here fails every
-request still pending and marks the worker dead, so no caller hangs.
+request still pending and marks the worker dead, so no caller hangs; an
+error in one request's data (adding it, detokenizing its tokens) fails only
+that request (`Scheduler.fail_request`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ class Worker:
     def stop(self, timeout: float | None = None) -> None:
         self._stop = True
         self._wake.set()
-        if self._thread.is_alive():
+        # From the worker itself (its event loop closed under it) there is nothing to wait for.
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
     @property
@@ -115,7 +118,10 @@ class Worker:
             kind, payload = self._inbox.popleft()
             if kind == "add":
                 for req in payload:
-                    self.scheduler.add(req)
+                    try:
+                        self.scheduler.add(req)
+                    except Exception as e:  # noqa: BLE001 - one request's data fails it alone
+                        self.scheduler.fail_request(req, e)
             elif kind == "abort":
                 rid, why = payload
                 self.scheduler.abort(rid, why)
