@@ -33,6 +33,8 @@ class EngineConfig:
     cuda_graph: bool = True
     decode_reserve_ratio: float = 0.25
     seed: int = 0
+    grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
+    grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
 
     def __post_init__(self) -> None:
         for name in ("chunked_prefill_size", "max_running_requests", "page_size"):

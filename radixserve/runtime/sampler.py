@@ -33,7 +33,8 @@ class SamplingInputs:
     suppress: list[tuple[int, ...]]  # ids masked out (EOS/stop ids before min_tokens)
     # (row, token ids seen so far) for penalized requests whose row state must be (re)built
     penalty_init: list[tuple[int, list[int]]] = field(default_factory=list)
-    bitmask: torch.Tensor | None = None  # [n, ceil(vocab/32)] int32, xgrammar layout
+    bitmask: torch.Tensor | None = None  # [n, ceil(vocab/32)] int32, xgrammar layout (host)
+    bitmask_rows: list[int] | None = None  # rows the bitmask applies to (None: all)
 
     @staticmethod
     def from_requests(
@@ -106,7 +107,12 @@ class Sampler:
         if inp.bitmask is not None:
             import xgrammar
 
-            xgrammar.apply_token_bitmask_inplace(logits, inp.bitmask.to(logits.device))
+            mask = inp.bitmask
+            if logits.device.type == "cuda":  # queued like a kernel, no stall (see host.py)
+                mask = mask.pin_memory().to(logits.device, non_blocking=True)
+            xgrammar.apply_token_bitmask_inplace(
+                logits, mask, vocab_size=self.vocab_size, indices=inp.bitmask_rows
+            )
 
         next_ids = logits.argmax(dim=-1) if inp.all_greedy else self._sample(logits, inp)
 
