@@ -12,7 +12,8 @@ grammar can end.
 JSON schemas compile without free whitespace (`any_whitespace=False`, the
 separators of `json.dumps`: ", " and ": "): a small model otherwise tends to
 emit whitespace until max_tokens runs out, and fixed separators are forced
-strings that jump-forward skips.
+strings that jump-forward skips. Schemas go through `json_schema.prepare`
+first (strict-mode arrays, allOf, multipleOf; see there).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
+from radixserve.constrained.json_schema import prepare
 from radixserve.constrained.spec import GrammarSpec
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")  # "[08:34:09] /project/cpp/x.cc:94: "
@@ -99,8 +101,9 @@ class XGrammarBackend:
     def compile(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
         try:
             if spec.kind == "json_schema":
+                schema = json.dumps(prepare(json.loads(spec.text)))
                 return self.compiler.compile_json_schema(
-                    spec.text, any_whitespace=False, separators=(", ", ": ")
+                    schema, any_whitespace=False, separators=(", ", ": ")
                 )
             if spec.kind == "regex":
                 return self.compiler.compile_regex(spec.text)

@@ -82,3 +82,22 @@ def test_cache_shares_compiles_and_keeps_failures(backend: XGrammarBackend) -> N
 
     asyncio.run(body())
     assert len(cache.compile_times) == 3 and cache.hits == 2
+
+
+def test_schemas_as_users_write_them_compile_to_what_they_mean(backend: XGrammarBackend) -> None:
+    from radixserve.constrained.json_schema import prepare
+
+    # An array without `items` means any items (strict mode alone would allow only []).
+    arr = {"type": "array", "minItems": 1}
+    assert prepare(arr)["items"] == {}
+    m = backend.matcher(backend.compile(SamplingParams(json_schema=arr).grammar))  # type: ignore[arg-type]
+    assert m.forced_string() == "["
+    # allOf of a $ref and more properties: one object with both.
+    schema = {
+        "$defs": {"a": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}},
+        "allOf": [{"$ref": "#/$defs/a"}, {"properties": {"y": {"type": "number", "multipleOf": 2}}}],
+    }
+    got = prepare(schema)
+    assert "allOf" not in got and got["required"] == ["x"]
+    assert got["properties"]["y"] == {"type": "integer", "multipleOf": 2}
+    assert schema["allOf"][0] == {"$ref": "#/$defs/a"}  # the caller's schema is not touched
