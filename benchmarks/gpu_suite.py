@@ -396,6 +396,21 @@ def w4(model: str, n: int, rate: float, quick: bool) -> None:
         record("W4", model, f"rate={rate:.1f}/s", f"{name}_p99_ms", 1000 * q(xs, n=100)[98])
 
 
+def structured(quick: bool) -> None:
+    """JSON-schema decoding at batch 64 against free decoding of as many tokens (bench_structured.py)."""
+    from benchmarks.bench_structured import DEFAULT_SCHEMAS, gpu_throughput, load_schemas
+
+    model = "smollm2-135m-instruct"  # a real tokenizer and weights: JSON that means something
+    ns = argparse.Namespace(
+        model=model, device="cuda", batch=64, max_tokens=64 if quick else 256, repeats=1 if quick else 3
+    )
+    fig = asyncio.run(gpu_throughput(ns, load_schemas(DEFAULT_SCHEMAS, None)))
+    for name, tps in fig["tokens_per_s"].items():
+        record("structured", model, f"batch=64 {name}", "output_tok_per_s", tps, tokens=fig["tokens"][name])
+    record("structured", model, "batch=64", "json_vs_free", fig["json_vs_free"])
+    record("structured", model, "batch=64", "json_jump_forward_vs_free", fig["json_jump_forward_vs_free"])
+
+
 def section(name: str, fn: Callable[[], Any]) -> None:
     t0 = time.perf_counter()
     try:
@@ -413,7 +428,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="", help="comma list of: correctness,w1,w2,w3,w4")
+    ap.add_argument("--only", default="", help="comma list of: correctness,w1,w2,w3,w4,structured")
     ap.add_argument("--profile", action="store_true", help="cProfile the worker during W1")
     args = ap.parse_args()
     global PROFILE, OUT_FILE
@@ -455,6 +470,8 @@ def main() -> None:
         # Near saturation: 90% of the W1 request rate (mean W1 output is 562 tokens).
         rate = 0.9 * w1_tps.get("llama", 5000.0) / (562 if not q else 72)
         section("W4 llama", lambda: w4("llama-3.1-8b", 256 if not q else 64, rate, q))
+    if want("structured"):
+        section("structured smollm2", lambda: structured(q))
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; {len(RECORDS)} records -> {out / 'h200.jsonl'}\n")
     w = [max(len(r[i]) for r in ROWS) for i in range(5)] if ROWS else [0] * 5
     for r in ROWS:

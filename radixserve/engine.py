@@ -102,7 +102,7 @@ class AsyncEngine:
         self.loaded = loaded
         self.pool = pool
         self._worker = Worker(
-            self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled, self._alloc_bitmask
+            self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled, self._grammar_backend_now
         )
 
     def _kv_slots(self, bytes_per_slot: int, device: Any) -> int:
@@ -344,9 +344,9 @@ class AsyncEngine:
         for r in reqs:  # one matcher per completion
             r.grammar = self._grammars.backend.matcher(compiled)
 
-    def _alloc_bitmask(self, rows: int) -> torch.Tensor:  # worker thread
+    def _grammar_backend_now(self) -> Any:  # worker thread: set before any matcher exists
         assert self._grammars is not None
-        return self._grammars.backend.allocate_bitmask(rows)
+        return self._grammars.backend
 
     @property
     def grammar_cache(self) -> GrammarCache | None:

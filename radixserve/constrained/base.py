@@ -48,3 +48,7 @@ class GrammarBackend(Protocol):
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         """A host bitmask of `rows` rows, every token allowed."""
         ...
+
+    def fill_bitmasks(self, matchers: list[Matcher], bitmask: torch.Tensor, rows: list[int]) -> None:
+        """`matchers[i].fill_bitmask(bitmask, rows[i])` for all i (in parallel where it can)."""
+        ...

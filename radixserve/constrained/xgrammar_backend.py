@@ -97,6 +97,7 @@ class XGrammarBackend:
         self.info = tokenizer_info(tokenizer, vocab_size, stop_ids)
         # Our GrammarCache is the (bounded) cache: xgrammar's own would grow without limit.
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=threads, cache_enabled=False)
+        self._batch = xgr.BatchGrammarMatcher("auto")  # fills a step's rows on several threads
 
     def compile(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
         try:
@@ -120,3 +121,9 @@ class XGrammarBackend:
 
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         return xgr.allocate_token_bitmask(rows, self.vocab_size)
+
+    def fill_bitmasks(self, matchers: list[Any], bitmask: torch.Tensor, rows: list[int]) -> None:
+        if len(matchers) == 1:
+            matchers[0].fill_bitmask(bitmask, rows[0])
+            return
+        self._batch.batch_fill_next_token_bitmask([m._m for m in matchers], bitmask, rows)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -108,11 +109,14 @@ class Sampler:
             import xgrammar
 
             mask = inp.bitmask
-            if logits.device.type == "cuda":  # queued like a kernel, no stall (see host.py)
+            mask_rows: Any = inp.bitmask_rows
+            if logits.device.type == "cuda":
+                # Both copies queued like kernels (see host.py): a list of indices would make
+                # xgrammar copy from pageable memory, a hidden sync on the forward pass.
                 mask = mask.pin_memory().to(logits.device, non_blocking=True)
-            xgrammar.apply_token_bitmask_inplace(
-                logits, mask, vocab_size=self.vocab_size, indices=inp.bitmask_rows
-            )
+                if mask_rows is not None:
+                    mask_rows = to_device(mask_rows, torch.int32, self.device)
+            xgrammar.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab_size, indices=mask_rows)
 
         next_ids = logits.argmax(dim=-1) if inp.all_greedy else self._sample(logits, inp)
 

@@ -68,12 +68,14 @@ def jump_forward(req: Request, tokenizer: Any) -> list[int]:
     return ids
 
 
-def fill_bitmask(reqs: list[Request], alloc: Any) -> tuple[torch.Tensor, list[int]] | None:
-    """The bitmask of one step's sampling requests and the rows it constrains, or None."""
+def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[int]] | None:
+    """The bitmask of one step's sampling requests and the rows it constrains, or None.
+
+    Finished requests and those whose in-flight token will be discarded keep
+    an all-allowed row: their token is dropped anyway."""
     rows = [i for i, r in enumerate(reqs) if r.grammar is not None and not r.finished and not r.discard]
     if not rows:
         return None
-    bitmask = alloc(len(reqs))
-    for i in rows:
-        reqs[i].grammar.fill_bitmask(bitmask, i)
+    bitmask = backend.allocate_bitmask(len(reqs))
+    backend.fill_bitmasks([reqs[i].grammar for i in rows], bitmask, rows)
     return bitmask, rows

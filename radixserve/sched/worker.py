@@ -51,14 +51,14 @@ class Worker:
         post: Post,
         fail: Fail,
         overlap: bool,
-        alloc_bitmask: Callable[[int], torch.Tensor] | None = None,
+        grammar: Callable[[], Any] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.post = post
         self.fail = fail
         self.overlap = overlap
-        self.alloc_bitmask = alloc_bitmask  # GrammarBackend.allocate_bitmask, when grammars are on
+        self.grammar = grammar  # the engine's GrammarBackend, once one exists (constrained/base.py)
         self.mask_fill_s = 0.0  # host time spent filling bitmasks (benchmarks)
         self.mask_rows = 0
         self.steps = 0
@@ -155,7 +155,7 @@ class Worker:
             (r.params.top_logprobs for r, lp in zip(batch.reqs, batch.prompt_lp_rows) if lp), default=0
         )
         fb = batch.to_forward(self.runner.device)
-        if self.alloc_bitmask is not None and any(r.grammar is not None for r in batch.reqs):
+        if self.grammar is not None and any(r.grammar is not None for r in batch.reqs):
             return self.runner.forward(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
         return self.runner.launch(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
 
@@ -163,10 +163,10 @@ class Worker:
         """Finish a split step: fill its bitmask from the matchers as they are now, sample."""
         if isinstance(launched, StepHandle):
             return launched
-        assert self.alloc_bitmask is not None
+        assert self.grammar is not None
         t0 = time.perf_counter()
         sampling_reqs = [r for r, s in zip(batch.reqs, batch.sample) if s]
-        mask = fill_bitmask(sampling_reqs, self.alloc_bitmask)
+        mask = fill_bitmask(sampling_reqs, self.grammar())
         self.mask_fill_s += time.perf_counter() - t0
         if mask is None:
             return self.runner.sample(launched)
