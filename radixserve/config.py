@@ -38,6 +38,8 @@ class EngineConfig:
     cuda_graph: bool = True
     decode_reserve_ratio: float = 0.25
     seed: int = 0
+    grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
+    grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
 
     def __post_init__(self) -> None:
         for name in ("chunked_prefill_size", "max_running_requests", "page_size"):
@@ -55,6 +57,7 @@ class EngineConfig:
             )
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
+        _check_grammar_fields(self)
 
     @property
     def overlap_enabled(self) -> bool:
@@ -91,3 +94,12 @@ class EngineConfig:
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
         )
+
+
+def _check_grammar_fields(cfg: EngineConfig) -> None:
+    t = cfg.grammar_compile_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+        raise ValueError(f"EngineConfig.grammar_compile_timeout={t!r}: must be a number of seconds > 0")
+    n = cfg.grammar_cache_size
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"EngineConfig.grammar_cache_size={n!r}: must be an integer >= 1")

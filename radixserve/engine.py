@@ -34,6 +34,7 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
+from radixserve.constrained.cache import GrammarCache
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.outputs import RequestOutput
 from radixserve.runtime.attention import make_attention_backend
@@ -80,6 +81,8 @@ class AsyncEngine:
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
         self.context_length = 0
+        self._grammars: GrammarCache | None = None  # built on the first constrained request
+        self._grammar_lock: asyncio.Lock | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -146,7 +149,9 @@ class AsyncEngine:
             runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
         self.loaded = loaded
         self.pool = pool
-        self._worker = Worker(self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled)
+        self._worker = Worker(
+            self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled, self._grammar_backend_now
+        )
 
     def _kv_slots(self, bytes_per_slot: int, device: Any) -> int:
         cfg = self.config
@@ -226,7 +231,9 @@ class AsyncEngine:
         right away, unless the caller still holds a reference to it).
         """
         params = params or SamplingParams()
+        compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
+        self._attach_grammar(reqs, compiled)
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         rid = self._submit(reqs, queue, request_id)
         remaining = len(reqs)
@@ -257,7 +264,9 @@ class AsyncEngine:
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         params = params or SamplingParams()
+        compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
+        self._attach_grammar(reqs, compiled)
         for r in reqs:
             r.stream = False
         assert self._loop is not None
@@ -386,9 +395,62 @@ class AsyncEngine:
                 "prompt_tokens": s.prompt_tokens_admitted,
                 "prompt_tokens_cached": s.cached_tokens_admitted,
                 "retractions": s.retractions,
+                "forward_steps": self._worker.steps if self._worker else 0,
+                "jump_forward_tokens": s.jump_forward_tokens,
+                # Forced tokens appended without a forward pass each, less the in-flight
+                # tokens those jumps discarded (overlap mode).
+                "forward_passes_saved": s.jump_forward_tokens - s.jump_discarded,
+                "mask_fill_s": self._worker.mask_fill_s if self._worker else 0.0,
+                "mask_rows": self._worker.mask_rows if self._worker else 0,
             }
 
         return dict(await self._call(read))
+
+    # ---- structured output (radixserve/constrained/) -------------------------------------
+
+    async def _compile_grammar(self, params: SamplingParams) -> Any:
+        """The compiled grammar of `params` (None if unconstrained), compiled in a thread
+        while this request waits outside the batch; ValueError if it does not compile."""
+        spec = params.grammar if isinstance(params, SamplingParams) else None
+        if spec is None:
+            return None
+        self._check_alive()
+        if self.tokenizer is None:
+            raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
+        if self._grammars is None:
+            if self._grammar_lock is None:
+                self._grammar_lock = asyncio.Lock()
+            async with self._grammar_lock:
+                if self._grammars is None:
+                    backend = await asyncio.to_thread(self._grammar_backend)
+                    cfg = self.config
+                    self._grammars = GrammarCache(
+                        backend, cfg.grammar_cache_size, cfg.grammar_compile_timeout
+                    )
+        assert self._grammars is not None
+        return await self._grammars.get(spec)
+
+    def _grammar_backend(self) -> Any:
+        from radixserve.constrained.xgrammar_backend import XGrammarBackend
+
+        assert self.loaded is not None
+        eos = self.loaded.eos_token_ids or self.loaded.config.eos_token_ids
+        return XGrammarBackend(self.loaded.tokenizer, self.loaded.config.vocab_size, eos)
+
+    def _attach_grammar(self, reqs: list[Request], compiled: Any) -> None:
+        if compiled is None:
+            return
+        assert self._grammars is not None
+        for r in reqs:  # one matcher per completion
+            r.grammar = self._grammars.backend.matcher(compiled)
+
+    def _grammar_backend_now(self) -> Any:  # worker thread: set before any matcher exists
+        assert self._grammars is not None
+        return self._grammars.backend
+
+    @property
+    def grammar_cache(self) -> GrammarCache | None:
+        return self._grammars
 
     # ---- internals -----------------------------------------------------------------------
 

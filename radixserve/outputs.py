@@ -10,6 +10,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int  # prompt tokens whose KV came from the radix cache
+    # Completion tokens that structured output's jump-forward appended without sampling.
+    jump_forward_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixserve import validation as V
+from radixserve.constrained.spec import (
+    KINDS,
+    GrammarSpec,
+    canonical_choice,
+    canonical_json_schema,
+    check_text,
+    spec_of,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,18 @@ class SamplingParams:
     # frontend's `select` scores continuations with them).
     prompt_logprobs: bool = False
     prompt_logprobs_start: int = 0
+    # Structured output, at most one (radixserve/constrained/). json_schema takes a JSON
+    # string, a dict or a pydantic model class and is stored as canonical JSON text;
+    # choice is stored as a tuple. The compile happens at submit time (a bad schema is a
+    # ValueError there); max_tokens running out first gives finish_reason "length" and
+    # a prefix of a valid output.
+    json_schema: Any = None
+    regex: str | None = None
+    ebnf: str | None = None
+    choice: Sequence[str] | None = None
+    # Append the strings the grammar forces without a forward pass per token.
+    # None: on for constrained requests without logprobs or penalties.
+    jump_forward: bool | None = None
 
     def __post_init__(self) -> None:
         # Accept lists/strings from callers but store immutable tuples (types checked on the way).
@@ -47,6 +67,7 @@ class SamplingParams:
         )
         object.__setattr__(self, "logit_bias", V.logit_bias(self.logit_bias))
         self._validate()
+        _validate_grammar(self)
 
     def _validate(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -96,10 +117,48 @@ class SamplingParams:
                         f"SamplingParams.{name}: token id {t} is outside the vocabulary ({vocab_size})"
                     )
 
+    @property
+    def grammar(self) -> GrammarSpec | None:
+        """The output constraint (kind and canonical text), or None."""
+        for kind in KINDS:
+            value = getattr(self, kind)
+            if value is not None:
+                return spec_of(kind, value)
+        return None
+
+    @property
+    def use_jump_forward(self) -> bool:
+        if self.jump_forward is not None:
+            return self.jump_forward and self.grammar is not None
+        return self.grammar is not None and not self.logprobs and not self.uses_penalties
+
     def replace(self, **changes: Any) -> SamplingParams:
         from dataclasses import replace
 
         return replace(self, **changes)
+
+
+def _validate_grammar(p: SamplingParams) -> None:
+    """Structured-output fields: at most one, of the right shape, normalized in place."""
+    given = [k for k in KINDS if getattr(p, k) is not None]
+    if len(given) > 1:
+        raise ValueError(f"SamplingParams: {', '.join(given)} are exclusive; give at most one")
+    norm = {
+        "json_schema": canonical_json_schema,
+        "regex": check_text,
+        "ebnf": check_text,
+        "choice": canonical_choice,
+    }
+    for kind in given:
+        try:
+            object.__setattr__(p, kind, norm[kind](getattr(p, kind)))
+        except ValueError as e:
+            raise ValueError(f"SamplingParams.{kind}: {e}") from None
+    if p.jump_forward not in (None, True, False):
+        raise ValueError(f"SamplingParams.jump_forward={p.jump_forward!r}: must be True, False or None")
+    if p.jump_forward and (p.logprobs or p.uses_penalties):
+        # Forced tokens are not sampled: they have no logprob and do not update penalty counts.
+        raise ValueError("SamplingParams.jump_forward=True cannot be combined with logprobs or penalties")
 
 
 def _is_int(v: Any) -> bool:

@@ -10,8 +10,10 @@ device-to-host sync per step.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,6 +65,16 @@ class StepHandle:
 
 
 @dataclass
+class Forwarded:
+    """A step whose forward pass is enqueued and whose sampling is not (yet)."""
+
+    logits: torch.Tensor
+    sampling: SamplingInputs
+    prompt_lp_targets: list[int] | None
+    prompt_top_k: int
+
+
+@dataclass
 class StepResult:
     """What one step produced, on the host."""
 
@@ -104,32 +116,58 @@ class ModelRunner:
         prompt_lp_targets: list[int] | None = None,
         prompt_top_k: int = 0,
     ) -> StepHandle:
-        if self.stream is None:
-            return self._step(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
-        with torch.cuda.stream(self.stream):
-            return self._step(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
+        return self.sample(
+            self.forward(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
+        )
 
-    @torch.inference_mode()
-    def _step(
+    def forward(
         self,
         fb: ForwardBatch,
         sampling: SamplingInputs,
         pending_pos: list[int],
         pending_rows: list[int],
-        prompt_lp_targets: list[int] | None,
-        prompt_top_k: int,
+        prompt_lp_targets: list[int] | None = None,
+        prompt_top_k: int = 0,
+    ) -> Forwarded:
+        """Enqueue the forward pass only; `sample()` finishes the step (structured output
+        fills its bitmask in between, once the previous step's tokens are known)."""
+        with self._on_stream():
+            logits = self._forward(fb, pending_pos, pending_rows)
+            self.launches += 1
+            if self.fault_hook is not None:  # tests: radixserve.testing.inject_faults
+                logits = self.fault_hook(self.launches, logits, sampling)
+        return Forwarded(logits, sampling, prompt_lp_targets, prompt_top_k)
+
+    def sample(
+        self, fwd: Forwarded, bitmask: torch.Tensor | None = None, bitmask_rows: list[int] | None = None
     ) -> StepHandle:
+        """Sample the forwarded step; `bitmask` (host, xgrammar layout) masks `bitmask_rows`."""
+        if bitmask is not None:
+            fwd.sampling.bitmask, fwd.sampling.bitmask_rows = bitmask, bitmask_rows
+        with self._on_stream():
+            return self._sample(fwd.logits, fwd.sampling, fwd.prompt_lp_targets, fwd.prompt_top_k)
+
+    def _on_stream(self) -> Any:
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    @torch.inference_mode()
+    def _forward(self, fb: ForwardBatch, pending_pos: list[int], pending_rows: list[int]) -> torch.Tensor:
         if pending_pos:  # ids sampled by the previous step, still on the device
             pos = to_device(pending_pos, torch.int64, self.device)
             fb.input_ids[pos] = self.last_tokens[to_device(pending_rows, torch.int64, self.device)]
         if self.graphs is not None and self.graphs.can_run(fb):
-            logits = self.graphs.run(fb)
-        else:
-            self.attn.plan(fb)
-            logits = self.model(fb, self.attn)
-        self.launches += 1
-        if self.fault_hook is not None:
-            logits = self.fault_hook(self.launches, logits, sampling)
+            return self.graphs.run(fb)
+        self.attn.plan(fb)
+        return self.model(fb, self.attn)
+
+    @torch.inference_mode()
+    def _sample(
+        self,
+        logits: torch.Tensor,
+        sampling: SamplingInputs,
+        prompt_lp_targets: list[int] | None,
+        prompt_top_k: int,
+    ) -> StepHandle:
         n = len(sampling)
         out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
         if n:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -34,7 +35,8 @@ class SamplingInputs:
     suppress: list[tuple[int, ...]]  # ids masked out (EOS/stop ids before min_tokens)
     # (row, token ids seen so far) for penalized requests whose row state must be (re)built
     penalty_init: list[tuple[int, list[int]]] = field(default_factory=list)
-    bitmask: torch.Tensor | None = None  # [n, ceil(vocab/32)] int32, xgrammar layout
+    bitmask: torch.Tensor | None = None  # [n, ceil(vocab/32)] int32, xgrammar layout (host)
+    bitmask_rows: list[int] | None = None  # rows the bitmask applies to (None: all)
 
     @staticmethod
     def from_requests(
@@ -107,7 +109,15 @@ class Sampler:
         if inp.bitmask is not None:
             import xgrammar
 
-            xgrammar.apply_token_bitmask_inplace(logits, inp.bitmask.to(logits.device))
+            mask = inp.bitmask
+            mask_rows: Any = inp.bitmask_rows
+            if logits.device.type == "cuda":
+                # Both copies queued like kernels (see host.py): a list of indices would make
+                # xgrammar copy from pageable memory, a hidden sync on the forward pass.
+                mask = mask.pin_memory().to(logits.device, non_blocking=True)
+                if mask_rows is not None:
+                    mask_rows = to_device(mask_rows, torch.int32, self.device)
+            xgrammar.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab_size, indices=mask_rows)
 
         next_ids = logits.argmax(dim=-1) if inp.all_greedy else self._sample(logits, inp)
 

@@ -46,7 +46,7 @@ def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bo
         finished=final,
         finish_reason=req.finish_reason if final else None,
         stop_reason=req.stop_reason if final else None,
-        usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens),
+        usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),
         logprobs=tuple(req.logprobs),
         delta_logprobs=(lp,) if lp is not None else (),
         prompt_logprobs=tuple(req.prompt_logprobs),

@@ -58,6 +58,12 @@ class Request:
     detok: Any = None  # its Detokenizer (text and stop strings), set by the scheduler
     logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
     prompt_logprobs: list[Any] = field(default_factory=list)
+    # Structured output (sched/grammar.py): the matcher, and jump-forward's books.
+    grammar: Any = None  # a constrained.base.Matcher, consistent with output_ids
+    jumped: bool = False  # forced tokens appended whose KV is not scheduled yet
+    discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
+    jump_tokens: int = 0  # output tokens appended by jump-forward
+    jump_discarded: int = 0  # in-flight tokens dropped because of a jump
 
     @property
     def all_ids(self) -> list[int]:

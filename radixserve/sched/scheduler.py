@@ -41,6 +41,7 @@ from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.runtime.runner import StepResult
 from radixserve.runtime.sampler import SamplingInputs
+from radixserve.sched import grammar
 from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
@@ -81,6 +82,9 @@ class Scheduler:
         self.cached_tokens_admitted = 0
         self.retractions = 0
         self._chunking = False  # the last step was a chunk of a prompt with chunks left
+
+        self.jump_forward_tokens = 0  # output tokens appended by jump-forward
+        self.jump_discarded = 0  # in-flight tokens dropped for a jump
 
     # ---- queue ---------------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class Scheduler:
     def _schedule_prefill(self) -> Batch | None:
         budget = self.cfg.chunked_prefill_size
         picked: list[tuple[Request, int]] = []
-        chunking = [r for r in self.running if not r.prefill_done]
+        chunking = [r for r in self.running if not r.prefill_done and not r.jumped]
         for req in chunking:  # at most one, by construction
             n = min(req.num_known - req.kv_len, budget)
             if not self.kv.grow(req, n):
@@ -226,17 +230,21 @@ class Scheduler:
             for r in self.running
             if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
         ]
-        if not reqs:
+        jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
+        if not reqs and not jumps:
             return None
-        while len(reqs) > self.kv.available():
+        while len(reqs) + sum(r.num_known - r.kv_len for r in jumps) > self.kv.available():
             if inflight:
                 return NEED_SYNC
-            if len(reqs) == 1:
-                self._finish(reqs[0], "abort", error="the KV cache is too small for this request's context")
+            if len(reqs) + len(jumps) == 1:
+                req = (reqs or jumps)[0]
+                self._finish(req, "abort", error="the KV cache is too small for this request's context")
                 return None
-            victim = min(reqs, key=lambda r: (r.num_tokens, -r.arrival))
-            reqs.remove(victim)
+            victim = min(reqs + jumps, key=lambda r: (r.num_tokens, -r.arrival))
+            (reqs if victim in reqs else jumps).remove(victim)
             self._retract(victim)
+        if jumps:
+            return self._build_mixed(reqs, jumps)
         slots = self.kv.alloc(len(reqs))
         assert slots is not None
         return self._build_decode(reqs, slots.numpy())
@@ -265,6 +273,16 @@ class Scheduler:
         self._advance([(r, 1) for r in reqs], batch.sample)
         return batch
 
+    def _build_mixed(self, reqs: list[Request], jumps: list[Request]) -> Batch:
+        """Decode rows plus the forced tokens of jump-forward requests, in one extend step."""
+        picked = [(r, 1) for r in reqs] + [(r, r.num_known - r.kv_len) for r in jumps]
+        for r, n in picked:
+            grown = self.kv.grow(r, n)
+            assert grown
+        for r in jumps:
+            r.jumped = False
+        return self._build_prefill(picked, cache_prefix=False)
+
     def _sampling_inputs(self, reqs: list[Request]) -> SamplingInputs:
         return SamplingInputs.from_requests(
             rows=[r.row for r in reqs],
@@ -282,7 +300,7 @@ class Scheduler:
             if s:
                 req.penalty_init = False
 
-    def _build_prefill(self, picked: list[tuple[Request, int]]) -> Batch:
+    def _build_prefill(self, picked: list[tuple[Request, int]], cache_prefix: bool = True) -> Batch:
         input_ids: list[int] = []
         lp_rows: list[list[int]] = []
         lp_targets: list[int] = []
@@ -323,7 +341,7 @@ class Scheduler:
             is_prefill=True,
         )
         self._advance(picked, sample)
-        if self.cache is not None:
+        if self.cache is not None and cache_prefix:
             # Prompt KV goes into the tree as soon as it is scheduled (stream order
             # makes later readers see it computed), so requests sharing the prefix
             # hit it while this one is still decoding.
@@ -335,6 +353,7 @@ class Scheduler:
         self.kv.release(req)
         self.running.remove(req)
         req.status = Status.WAITING
+        req.jumped = False  # its forced tokens are prefilled with the rest on readmission
         self.retractions += 1
         self.waiting.appendleft(req)
 
@@ -376,6 +395,9 @@ class Scheduler:
             j += 1
             if req.finished:
                 continue  # aborted or stopped while this step was in flight
+            if req.discard:  # sampled before a jump-forward replaced it (sched/grammar.py)
+                req.discard -= 1
+                continue
             req.pending -= 1
             if tok < 0:  # INVALID_TOKEN: this row's logits were NaN/inf
                 self._finish(req, "abort", error="the model produced non-finite logits (NaN/inf)")
@@ -400,14 +422,41 @@ class Scheduler:
         if req.detok is not None:
             req.detok.add([tok])
         reason, stop_reason = stop_rule(req, tok)
+        new = [tok]
+        if reason is None and req.grammar is not None:
+            reason, stop_reason, new = self._grammar_step(req, tok)
+        if reason == "abort":
+            return None  # its output is in self._aborted
         if reason is not None:
             self._finish(req, reason, stop_reason)
-            return make_output(req, [tok], lp, final=True)
+            return make_output(req, new, lp, final=True)
         if not req.stream:  # complete(): nobody reads the steps in between
             if lp is not None:
                 req.logprobs.append(lp)
             return None
-        return make_output(req, [tok], lp, final=False)
+        return make_output(req, new, lp, final=False)
+
+    def _grammar_step(self, req: Request, tok: int) -> tuple[str | None, str | int | None, list[int]]:
+        """Accept `tok`, then append what the grammar forces (jump-forward), with stop rules."""
+        reason, stop_reason, error = grammar.accept(req, tok)
+        if reason == "abort":
+            self._finish(req, "abort", error=error)
+        if reason is not None:
+            return reason, stop_reason, [tok]
+        forced = grammar.jump_forward(req, self.tokenizer)
+        new = [tok]
+        for f in forced:
+            req.output_ids.append(f)
+            new.append(f)
+            self.jump_forward_tokens += 1
+            if req.detok is not None:
+                req.detok.add([f])
+            reason, stop_reason = stop_rule(req, f)
+            if reason is not None:
+                return reason, stop_reason, new
+        if forced and req.discard:
+            self.jump_discarded += 1
+        return None, None, new
 
     def check_integrity(self) -> None:
         self.kv.check_integrity(self.running)

@@ -7,6 +7,12 @@ Overlap loop (step n on the device while the host finishes n-1 and builds n+1):
     process(batch_{n-1}, handle_{n-1}.wait())   # the one sync, for step n-1
     post outputs of n-1 to the event loop
 
+A batch with constrained rows (structured output) splits its step: the
+forward of n is launched, step n-1 is processed (its tokens accepted by the
+grammar matchers), then the bitmask rows of n are filled and only then is n
+sampled, so the mask always follows the previous token in both modes.
+Batches without constrained rows take the one-call path and pay nothing.
+
 Lockstep mode runs the same calls in order (launch, wait, process). The
 caller's event loop talks to the worker only through `submit()` (a
 thread-safe inbox) and the `post` callback (which the engine routes through
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -27,8 +34,9 @@ from typing import Any
 import torch
 
 from radixserve.outputs import RequestOutput
-from radixserve.runtime.runner import ModelRunner, StepHandle
+from radixserve.runtime.runner import Forwarded, ModelRunner, StepHandle
 from radixserve.sched.batch import Batch
+from radixserve.sched.grammar import fill_bitmask
 from radixserve.sched.scheduler import NEED_SYNC, Scheduler
 
 log = logging.getLogger(__name__)
@@ -39,13 +47,22 @@ Fail = Callable[[BaseException], None]
 
 class Worker:
     def __init__(
-        self, scheduler: Scheduler, runner: ModelRunner, post: Post, fail: Fail, overlap: bool
+        self,
+        scheduler: Scheduler,
+        runner: ModelRunner,
+        post: Post,
+        fail: Fail,
+        overlap: bool,
+        grammar: Callable[[], Any] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.post = post
         self.fail = fail
         self.overlap = overlap
+        self.grammar = grammar  # the engine's GrammarBackend, once one exists (constrained/base.py)
+        self.mask_fill_s = 0.0  # host time spent filling bitmasks (benchmarks)
+        self.mask_rows = 0
         self.steps = 0
         self.error: BaseException | None = None
         self._inbox: deque[tuple[str, Any]] = deque()
@@ -98,14 +115,14 @@ class Worker:
                         self._wake.clear()
                     continue
                 assert isinstance(batch, Batch)
-                handle = self._launch(batch)
+                launched = self._launch(batch)
                 self.steps += 1
                 if self.overlap:
                     if last is not None:
                         self._finish_step(*last)
-                    last = (batch, handle)
+                    last = (batch, self._sample(batch, launched))
                 else:
-                    self._finish_step(batch, handle)
+                    self._finish_step(batch, self._sample(batch, launched))
             if last is not None:
                 self._finish_step(*last)
         except BaseException as e:  # noqa: BLE001 - every error must reach the callers
@@ -138,13 +155,29 @@ class Worker:
         if aborted:
             self.post(aborted)
 
-    def _launch(self, batch: Batch) -> StepHandle:
+    def _launch(self, batch: Batch) -> StepHandle | Forwarded:
         pos, rows = batch.pending()
         top_k = max(
             (r.params.top_logprobs for r, lp in zip(batch.reqs, batch.prompt_lp_rows) if lp), default=0
         )
         fb = batch.to_forward(self.runner.device)
+        if self.grammar is not None and any(r.grammar is not None for r in batch.reqs):
+            return self.runner.forward(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
         return self.runner.launch(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
+
+    def _sample(self, batch: Batch, launched: StepHandle | Forwarded) -> StepHandle:
+        """Finish a split step: fill its bitmask from the matchers as they are now, sample."""
+        if isinstance(launched, StepHandle):
+            return launched
+        assert self.grammar is not None
+        t0 = time.perf_counter()
+        sampling_reqs = [r for r, s in zip(batch.reqs, batch.sample) if s]
+        mask = fill_bitmask(sampling_reqs, self.grammar())
+        self.mask_fill_s += time.perf_counter() - t0
+        if mask is None:
+            return self.runner.sample(launched)
+        self.mask_rows += len(mask[1])
+        return self.runner.sample(launched, *mask)
 
     def _finish_step(self, batch: Batch, handle: StepHandle) -> None:
         outputs = self.scheduler.process(batch, handle.result())

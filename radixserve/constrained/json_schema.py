@@ -1,0 +1,104 @@
+"""Rewrite a JSON schema, as users write it, into one xgrammar enforces exactly.
+
+xgrammar compiles JSON schemas in strict mode (properties and array items a
+schema does not mention are not generated) and ignores a few keywords with a
+warning, which would let invalid outputs through. `prepare()` fixes what it
+can by rewriting into an equivalent schema or a stricter one whose instances
+are all valid for the original:
+
+- an array that says nothing about its items (`{"type": "array",
+  "minItems": 1}`) gets `items: {}` (any value), which is what the schema
+  means; in strict mode it would otherwise allow only `[]` (and fail to
+  compile with minItems);
+- `allOf` whose parts are all objects (after resolving local `$ref`s) is
+  merged into one schema: properties and required lists united, the other
+  keywords kept when the parts agree (when they conflict, it is left as is);
+- `{"type": "number", "multipleOf": k}` with an integer k becomes
+  `{"type": "integer", "multipleOf": k}` (xgrammar drops multipleOf on numbers).
+
+What is left unenforced (oneOf with overlapping branches, read as anyOf;
+fractional multipleOf; length limits next to a pattern or format) is listed
+in BENCHMARKS.md with its effect on validity.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+_MERGE_UNION = ("required",)
+
+
+def prepare(schema: dict[str, Any]) -> dict[str, Any]:
+    root = copy.deepcopy(schema)
+    return _walk(root, root, 0)  # type: ignore[no-any-return]
+
+
+def _walk(node: Any, root: dict[str, Any], depth: int) -> Any:
+    if depth > 64:
+        return node
+    if isinstance(node, list):
+        return [_walk(x, root, depth + 1) for x in node]
+    if not isinstance(node, dict):
+        return node
+    for key, value in list(node.items()):
+        if key in ("enum", "const", "default", "examples"):
+            continue  # values, not schemas
+        node[key] = _walk(value, root, depth + 1)
+    if isinstance(node.get("allOf"), list):
+        merged = _merge_all_of(node, root)
+        if merged is not None:
+            node = merged
+    types = node.get("type")
+    is_array = types == "array" or (isinstance(types, list) and "array" in types)
+    if is_array and "items" not in node and "prefixItems" not in node:
+        node["items"] = {}
+    k = node.get("multipleOf")
+    if (
+        types == "number"
+        and isinstance(k, (int, float))
+        and not isinstance(k, bool)
+        and k >= 1
+        and k == int(k)
+    ):
+        node["type"] = "integer"
+        node["multipleOf"] = int(k)
+    return node
+
+
+def _resolve(part: Any, root: dict[str, Any]) -> Any:
+    ref = part.get("$ref") if isinstance(part, dict) else None
+    if not isinstance(ref, str) or not ref.startswith("#/") or len(part) != 1:
+        return part
+    target: Any = root
+    for token in ref[2:].split("/"):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, dict) or token not in target:
+            return part
+        target = target[token]
+    if not isinstance(target, dict) or "$ref" in target:
+        return part
+    return copy.deepcopy(target)
+
+
+def _merge_all_of(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] | None:
+    parts = [_resolve(p, root) for p in node["allOf"]]
+    base = {k: v for k, v in node.items() if k != "allOf"}
+    out: dict[str, Any] = {}
+    for part in [base, *parts]:
+        if not isinstance(part, dict) or "$ref" in part or "allOf" in part:
+            return None
+        for key, value in part.items():
+            if key not in out:
+                out[key] = copy.deepcopy(value)
+            elif key == "properties" and isinstance(value, dict) and isinstance(out[key], dict):
+                for name, sub in value.items():
+                    if name in out[key] and out[key][name] != sub:
+                        out[key][name] = {"allOf": [out[key][name], sub]}
+                    else:
+                        out[key][name] = sub
+            elif key in _MERGE_UNION and isinstance(value, list) and isinstance(out[key], list):
+                out[key] = out[key] + [v for v in value if v not in out[key]]
+            elif out[key] != value:
+                return None  # conflicting keywords: leave the allOf to xgrammar
+    return out

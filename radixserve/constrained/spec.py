@@ -1,0 +1,72 @@
+"""`GrammarSpec`: what a request constrains its output to, in canonical text.
+
+Built from `SamplingParams` (json_schema, regex, ebnf, choice) in the caller's
+thread. Only types and shapes are checked here (a JSON string must parse); the
+compile, which can fail on a well-formed but unsupported input, happens later
+in `GrammarCache`. The canonical text is the compile cache's key, so equal
+schemas written with different spacing share one compile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("json_schema", "regex", "ebnf", "choice")
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    kind: str  # one of KINDS
+    text: str  # canonical: JSON text for json_schema and choice, as given for regex and ebnf
+
+
+def canonical_json_schema(value: Any) -> str:
+    """A JSON string, a dict, or a pydantic model class -> compact JSON text.
+
+    Keys keep their order: a schema's `properties` order is the output's key order.
+    """
+    if isinstance(value, type) and hasattr(value, "model_json_schema"):
+        value = value.model_json_schema()  # pydantic v2 BaseModel class
+    elif isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
+    if isinstance(value, bool):  # JSON Schema allows `true` (anything) and `false` (nothing)
+        raise ValueError("a boolean schema does not describe an output; use an object schema")
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"must be a JSON object (a str of JSON, a dict, or a pydantic model class), "
+            f"got {type(value).__name__}"
+        )
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"is not serializable as JSON ({e})") from None
+
+
+def canonical_choice(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError("must be a list of strings")
+    choices = tuple(value)
+    if not choices:
+        raise ValueError("must hold at least one string")
+    if not all(isinstance(c, str) and c for c in choices):
+        raise ValueError("must be non-empty strings")
+    return choices
+
+
+def check_text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def spec_of(kind: str, value: Any) -> GrammarSpec:
+    """The spec of an already normalized `SamplingParams` field."""
+    if kind == "choice":
+        return GrammarSpec(kind, json.dumps(list(value), ensure_ascii=False))
+    return GrammarSpec(kind, value)

@@ -1,0 +1,129 @@
+"""xgrammar behind `GrammarBackend` / `Matcher`.
+
+The tokenizer info is built with the model's vocabulary size (the LM head's
+rows): ids past the tokenizer's vocabulary are never allowed. Special tokens
+(`<|im_start|>`, `<|endoftext|>`, ...) are never allowed inside a grammar:
+xgrammar only treats a token as special when its text is empty, and for some
+tokenizers (the embedded SmolLM2 among them) it finds none, so a JSON string
+could contain `<|im_start|>`. Their texts are blanked before the info is
+built; the stop tokens (the model's EOS ids) stay allowed exactly where the
+grammar can end.
+
+JSON schemas compile without free whitespace (`any_whitespace=False`, the
+separators of `json.dumps`: ", " and ": "): a small model otherwise tends to
+emit whitespace until max_tokens runs out, and fixed separators are forced
+strings that jump-forward skips. Schemas go through `json_schema.prepare`
+first (strict-mode arrays, allOf, multipleOf; see there).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+from radixserve.constrained.json_schema import prepare
+from radixserve.constrained.spec import GrammarSpec
+
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")  # "[08:34:09] /project/cpp/x.cc:94: "
+
+
+def special_token_ids(tokenizer: Any) -> set[int]:
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for i, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False):
+            ids.add(int(i))
+    return ids
+
+
+def tokenizer_info(tokenizer: Any, vocab_size: int, stop_ids: Iterable[int]) -> xgr.TokenizerInfo:
+    stops = sorted(stop_ids)
+    detected = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+    encoded = [""] * vocab_size
+    for text, i in tokenizer.get_vocab().items():
+        if i < vocab_size:
+            encoded[i] = text
+    for i in special_token_ids(tokenizer) - set(stops):
+        if i < vocab_size:
+            encoded[i] = ""  # xgrammar's mark of a special token: never inside a grammar
+    return xgr.TokenizerInfo(
+        encoded,
+        detected.vocab_type,
+        vocab_size=vocab_size,
+        stop_token_ids=stops,
+        add_prefix_space=detected.add_prefix_space,
+    )
+
+
+def choice_grammar(choices: list[str]) -> str:
+
+    # JSON string escapes are valid EBNF string literals in xgrammar.
+    return "root ::= " + " | ".join(json.dumps(c) for c in choices)
+
+
+def clean_error(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return _LOG_PREFIX.sub("", lines[0] if lines else type(e).__name__)
+
+
+class XGrammarMatcher:
+    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+        self._m = xgr.GrammarMatcher(compiled)
+
+    def accept_token(self, token_id: int) -> bool:
+        return bool(self._m.accept_token(token_id))
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > 0:
+            self._m.rollback(num_tokens)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        self._m.fill_next_token_bitmask(bitmask, row)
+
+    def is_terminated(self) -> bool:
+        return bool(self._m.is_terminated())
+
+    def forced_string(self) -> str:
+        return str(self._m.find_jump_forward_string())
+
+
+class XGrammarBackend:
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Iterable[int], threads: int = 2) -> None:
+        self.vocab_size = vocab_size
+        self.info = tokenizer_info(tokenizer, vocab_size, stop_ids)
+        # Our GrammarCache is the (bounded) cache: xgrammar's own would grow without limit.
+        self.compiler = xgr.GrammarCompiler(self.info, max_threads=threads, cache_enabled=False)
+        self._batch = xgr.BatchGrammarMatcher("auto")  # fills a step's rows on several threads
+
+    def compile(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
+        try:
+            if spec.kind == "json_schema":
+                schema = json.dumps(prepare(json.loads(spec.text)))
+                return self.compiler.compile_json_schema(
+                    schema, any_whitespace=False, separators=(", ", ": ")
+                )
+            if spec.kind == "regex":
+                return self.compiler.compile_regex(spec.text)
+            if spec.kind == "ebnf":
+                return self.compiler.compile_grammar(spec.text)
+            if spec.kind == "choice":
+                return self.compiler.compile_grammar(choice_grammar(json.loads(spec.text)))
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ValueError(f"{spec.kind}: {clean_error(e)}") from None
+        raise ValueError(f"unknown grammar kind {spec.kind!r}")
+
+    def matcher(self, compiled: Any) -> XGrammarMatcher:
+        return XGrammarMatcher(compiled)
+
+    def allocate_bitmask(self, rows: int) -> torch.Tensor:
+        return xgr.allocate_token_bitmask(rows, self.vocab_size)
+
+    def fill_bitmasks(self, matchers: list[Any], bitmask: torch.Tensor, rows: list[int]) -> None:
+        if len(matchers) == 1:
+            matchers[0].fill_bitmask(bitmask, rows[0])
+            return
+        self._batch.batch_fill_next_token_bitmask([m._m for m in matchers], bitmask, rows)

@@ -1,0 +1,103 @@
+"""The xgrammar backend alone: tokenizer info, masks, forced strings, the compile cache."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torch
+
+from radixserve.constrained.cache import GrammarCache
+from radixserve.constrained.spec import GrammarSpec
+from radixserve.constrained.xgrammar_backend import XGrammarBackend, special_token_ids
+from radixserve.sampling_params import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from radixserve.model.embedded import embedded_model_dir
+
+    return AutoTokenizer.from_pretrained(embedded_model_dir())
+
+
+@pytest.fixture(scope="module")
+def backend(tokenizer: Any) -> XGrammarBackend:
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return XGrammarBackend(tokenizer, len(tokenizer.get_vocab()) + 64, [eos])  # 64 padded LM-head rows
+
+
+def allowed(backend: XGrammarBackend, m: Any) -> torch.Tensor:
+    bm = backend.allocate_bitmask(1)
+    m.fill_bitmask(bm, 0)
+    bits = (bm[0][:, None] >> torch.arange(32, dtype=torch.int32)) & 1
+    return bits.flatten()[: backend.vocab_size].bool()
+
+
+def test_special_tokens_padding_and_eos_in_masks(backend: XGrammarBackend, tokenizer: Any) -> None:
+    spec = SamplingParams(json_schema={"type": "object", "properties": {"a": {"type": "string"}}}).grammar
+    assert spec is not None
+    m = backend.matcher(backend.compile(spec))
+    for t in tokenizer.encode('{"a": "', add_special_tokens=False):
+        assert m.accept_token(t)
+    ok = allowed(backend, m)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    specials = special_token_ids(tokenizer)
+    assert tokenizer.convert_tokens_to_ids("<|im_start|>") in specials
+    assert not any(ok[i] for i in specials)  # inside a JSON string: never a special token
+    assert not ok[len(tokenizer.get_vocab()) :].any()  # padded rows never
+    assert ok.sum() > 1000  # but string content is free
+    for t in tokenizer.encode('x"}', add_special_tokens=False):
+        assert m.accept_token(t)
+    ok = allowed(backend, m)
+    assert ok[eos] and ok.sum() == 1  # complete: only EOS
+    assert m.accept_token(eos) and m.is_terminated()
+
+
+def test_forced_string_and_rollback(backend: XGrammarBackend, tokenizer: Any) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    m = backend.matcher(backend.compile(SamplingParams(json_schema=schema).grammar))  # type: ignore[arg-type]
+    assert m.forced_string() == '{"name": "'
+    ids = tokenizer.encode('{"name": "', add_special_tokens=False)
+    assert all(m.accept_token(t) for t in ids) and m.forced_string() == ""
+    m.rollback(len(ids))
+    assert m.forced_string() == '{"name": "'
+
+
+def test_cache_shares_compiles_and_keeps_failures(backend: XGrammarBackend) -> None:
+    cache = GrammarCache(backend, capacity=2, timeout_s=30)
+    good = GrammarSpec("regex", "[a-z]+")
+    bad = GrammarSpec("regex", "[a-")
+
+    async def body() -> None:
+        a, b = await asyncio.gather(cache.get(good), cache.get(good))
+        assert a is b
+        for _ in range(2):
+            with pytest.raises(ValueError, match="regex"):
+                await cache.get(bad)
+        await cache.get(GrammarSpec("regex", "[0-9]+"))
+        assert len(cache) == 2  # bounded LRU
+
+    asyncio.run(body())
+    assert len(cache.compile_times) == 3 and cache.hits == 2
+
+
+def test_schemas_as_users_write_them_compile_to_what_they_mean(backend: XGrammarBackend) -> None:
+    from radixserve.constrained.json_schema import prepare
+
+    # An array without `items` means any items (strict mode alone would allow only []).
+    arr = {"type": "array", "minItems": 1}
+    assert prepare(arr)["items"] == {}
+    m = backend.matcher(backend.compile(SamplingParams(json_schema=arr).grammar))  # type: ignore[arg-type]
+    assert m.forced_string() == "["
+    # allOf of a $ref and more properties: one object with both.
+    schema = {
+        "$defs": {"a": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}},
+        "allOf": [{"$ref": "#/$defs/a"}, {"properties": {"y": {"type": "number", "multipleOf": 2}}}],
+    }
+    got = prepare(schema)
+    assert "allOf" not in got and got["required"] == ["x"]
+    assert got["properties"]["y"] == {"type": "integer", "multipleOf": 2}
+    assert schema["allOf"][0] == {"$ref": "#/$defs/a"}  # the caller's schema is not touched
