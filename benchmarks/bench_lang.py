@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--device", default="auto")
+    # "dummy" with a folder holding config and tokenizer files: random weights, the real tokenizer.
+    ap.add_argument("--load-format", default="auto")
     ap.add_argument("--scale", type=float, default=1.0, help="batch sizes times this (e.g. 8 on a GPU)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="tiny batches, one round (smoke test)")
@@ -191,8 +193,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = ap.parse_args(argv)
     env = environment()
     repeats = 1 if args.quick else args.repeats
-    on = Engine(model=args.model, device=args.device)
-    off = Engine(model=args.model, device=args.device, enable_radix_cache=False)
+    on = Engine(model=args.model, device=args.device, load_format=args.load_format)
+    off = Engine(model=args.model, device=args.device, load_format=args.load_format, enable_radix_cache=False)
     device = str(on.engine.config.torch_device())
     dtype = str(on.engine.config.torch_dtype()).replace("torch.", "")
     out = args.out or f"benchmarks/results/lang_{'cuda' if device.startswith('cuda') else 'cpu'}.json"

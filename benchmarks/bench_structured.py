@@ -221,7 +221,9 @@ async def jump_forward_ab(engine: Any, rows: list[dict[str, Any]], max_tokens: i
 async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from radixserve import AsyncEngine, EngineConfig, SamplingParams
 
-    async with AsyncEngine(EngineConfig(model=args.model, device=args.device)) as engine:
+    async with AsyncEngine(
+        EngineConfig(model=args.model, device=args.device, load_format=args.load_format)
+    ) as engine:
         ok, _ = await compile_all(engine, rows)
         batch = [ok[i % len(ok)] for i in range(args.batch)]
         prompts = [prompt_for(r["schema"]) for r in batch]
@@ -266,7 +268,9 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
 async def cpu_run(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from radixserve import AsyncEngine, EngineConfig
 
-    async with AsyncEngine(EngineConfig(model=args.model, device=args.device)) as engine:
+    async with AsyncEngine(
+        EngineConfig(model=args.model, device=args.device, load_format=args.load_format)
+    ) as engine:
         ok, comp = await compile_all(engine, rows)
         gen = await generate_all(engine, ok, args.max_tokens)
         fixed = [r for r in ok if fixed_keys(r["schema"])][: args.jf_limit]
@@ -283,6 +287,9 @@ def main() -> None:
     ap.add_argument("--jf-limit", type=int, default=24, help="fixed-key schemas in the jump-forward A/B")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--device", default="auto")
+    # "dummy" with a folder holding config and tokenizer files: random weights, the real
+    # tokenizer (a GPU machine without the embedded model's package).
+    ap.add_argument("--load-format", default="auto")
     ap.add_argument("--gpu-throughput", action="store_true")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
