@@ -123,6 +123,12 @@ def provenance(root: Path = ROOT) -> dict[str, Any]:
         env = os.environ.get(COMMIT_ENV, "").strip()
         if env:
             out.update(commit=env, commit_source=f"env {COMMIT_ENV} (no git here; not verified)")
+    env = os.environ.get(COMMIT_ENV, "").strip()
+    if env and out["commit_source"] == "git" and env != out["commit"]:
+        # The device machine's copy of the tree carries a stale .git (the session's first
+        # commit), so its HEAD is not what ran: keep what the caller says beside it, to be
+        # checked against source_sha256.
+        out["env_commit"] = env
     out["source_sha256"] = source_hash(root)
     return out
 
