@@ -1,0 +1,207 @@
+"""Cold start to the first token: `radixserve generate`, the pytest fixture, and where the time goes.
+
+    python benchmarks/bench_startup.py --repeats 3
+
+Each figure is a fresh interpreter (`sys.executable`), after the one-time
+conversion of the embedded model (run once before: `radixserve generate hi`).
+- cli: wall time from spawning `python -m radixserve generate "Hi" --max-tokens 1`
+  to its first byte on stdout (the first token) and to its exit;
+- pytest: wall time of `pytest` running one test that asks the
+  `radixserve_engine` fixture for one token (collection, plugin, load, token);
+- phases: the same start in one process, timed step by step (import torch,
+  import the engine, load the model (tokenizer and weights), start the worker,
+  the first token), so the total can be split.
+With `--baseline DIR` (e.g. a checkout of main) the same figures are taken for
+that code too, interleaved with ours in one run: a before/after table.
+Prints a table and writes JSON under benchmarks/results/. On a shared machine
+the load average (recorded) inflates every figure alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+PHASES = r"""
+import json, sys, time
+t0 = time.perf_counter()
+marks = {}
+def mark(name):
+    marks[name] = round(time.perf_counter() - t0, 3)
+import torch; mark("import torch")
+from radixserve import AsyncEngine, EngineConfig, SamplingParams
+import radixserve.engine; mark("import radixserve.engine")
+# engine.start split by timing its steps in place (names both the old and the new code have).
+import radixserve.model.loader as loader
+spent = {"weights": 0.0, "tokenizer (with import transformers)": 0.0, "KV pool": 0.0}
+def timed(key, fn):
+    def run(*a, **k):
+        s = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[key] += time.perf_counter() - s
+    return run
+loader.load_checkpoint = timed("weights", loader.load_checkpoint)
+loader.load_tokenizer = timed("tokenizer (with import transformers)", loader.load_tokenizer)
+radixserve.engine.KVPool = timed("KV pool", radixserve.engine.KVPool)
+import asyncio
+async def main():
+    engine = AsyncEngine(EngineConfig(device="cpu"))
+    await engine.start(); mark("engine.start")
+    # Durations inside engine.start; the weights and the tokenizer may overlap (threads).
+    for name, s in spent.items():
+        marks["  in start: " + name] = round(s, 3)
+    marks["heavy transformers modules imported"] = sorted(
+        m for m in HEAVY if m in sys.modules
+    )
+    async for out in engine.generate("Hi", SamplingParams(max_tokens=1)):
+        pass
+    mark("first token")
+    await engine.shutdown()
+HEAVY = ("torch.distributed.tensor", "transformers.modeling_utils", "transformers.configuration_utils",
+         "transformers.models.auto.configuration_auto", "transformers.generation")
+asyncio.run(main())
+print(json.dumps(marks))
+"""
+
+TEST = """
+def test_one_token(radixserve_engine, radixserve_params):
+    out = radixserve_engine.complete("Hi", radixserve_params.replace(max_tokens=1))
+    assert out.finished
+"""
+
+
+def _env(root: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def cli_once(root: Path = ROOT) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "radixserve", "generate", "Hi", "--max-tokens", "1", "--device", "cpu"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(root), cwd=root)
+    assert proc.stdout is not None
+    proc.stdout.read(1)
+    first = time.perf_counter() - t0
+    proc.stdout.read()
+    assert proc.wait() == 0
+    return {"first_token_s": round(first, 3), "exit_s": round(time.perf_counter() - t0, 3)}
+
+
+def pytest_once(root: Path = ROOT) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "test_startup_probe.py").write_text(TEST)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "radixserve_device=cpu",
+            "--rootdir",
+            d,
+            d,
+        ]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, env=_env(root), cwd=d)
+        return {"total_s": round(time.perf_counter() - t0, 3)}
+
+
+def phases_once(root: Path = ROOT) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", PHASES], check=True, capture_output=True, text=True, env=_env(root), cwd=root
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure(root: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
+    runs["cli"].append(cli_once(root))
+    runs["pytest"].append(pytest_once(root))
+    runs["phases"].append(phases_once(root))
+
+
+def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Best and median of each figure; the phases of the run with the fastest first token."""
+    out: dict[str, Any] = {}
+    for k in ("first_token_s", "exit_s"):
+        vals = [r[k] for r in runs["cli"]]
+        out[f"radixserve generate: {k}"] = (min(vals), statistics.median(vals))
+    vals = [r["total_s"] for r in runs["pytest"]]
+    out["pytest, one test on the fixture"] = (min(vals), statistics.median(vals))
+    best = min(runs["phases"], key=lambda r: r["first token"])
+    prev = 0.0
+    for name, t in best.items():
+        if not isinstance(t, float | int):
+            continue
+        if name.startswith("  in start"):
+            out[f"phase: {name}"] = (t, "")
+        else:
+            out[f"phase: {name}"] = (round(t - prev, 3), t)
+            prev = t
+    return out
+
+
+def main() -> int:
+    sys.path.insert(0, str(HERE))
+    from common import environment, print_table, write_results
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        help="another checkout (e.g. of main) measured the same way, interleaved, as 'before'",
+    )
+    ap.add_argument("--out", default=str(HERE / "results" / "startup_cpu.json"))
+    args = ap.parse_args()
+    env = environment()
+    roots = {"after": ROOT} if args.baseline is None else {"before": Path(args.baseline), "after": ROOT}
+    for root in roots.values():
+        cli_once(root)  # warm the page cache and the converted-model cache
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        k: {"cli": [], "pytest": [], "phases": []} for k in roots
+    }
+    for _ in range(args.repeats):  # interleaved, so load changes hit every setting alike
+        for key, root in roots.items():
+            measure(root, runs[key])
+    sums = {k: summary(r) for k, r in runs.items()}
+    heavy = {
+        k: min(r["phases"], key=lambda p: p["first token"])["heavy transformers modules imported"]
+        for k, r in runs.items()
+    }
+    headers = ["what"] + [f"{k}: {c}" for k in roots for c in ("best s", "median s")]
+    rows: list[list[Any]] = []
+    for name in sums["after"]:
+        row: list[Any] = [name]
+        for k in roots:
+            a, b = sums[k].get(name, ("", ""))
+            # A phase row shows its own duration and the time it ended at.
+            row += [a, b if not name.startswith("phase") or b == "" else f"(at {b})"]
+        rows.append(row)
+    print_table(headers, rows)
+    for k, mods in heavy.items():
+        print(f"{k}: heavy transformers modules imported by engine.start: {mods or 'none'}")
+    write_results(
+        args.out,
+        [{"setting": k, "root": str(roots[k]), "runs": runs[k], "heavy_modules": heavy[k]} for k in roots],
+        env,
+        repeats=args.repeats,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
