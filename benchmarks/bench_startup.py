@@ -11,6 +11,8 @@ conversion of the embedded model (run once before: `radixserve generate hi`).
 - phases: the same start in one process, timed step by step (import torch,
   import the engine, load the model (tokenizer and weights), start the worker,
   the first token), so the total can be split.
+With `--baseline DIR` (e.g. a checkout of main) the same figures are taken for
+that code too, interleaved with ours in one run: a before/after table.
 Prints a table and writes JSON under benchmarks/results/. On a shared machine
 the load average (recorded) inflates every figure alike.
 """
@@ -38,20 +40,38 @@ marks = {}
 def mark(name):
     marks[name] = round(time.perf_counter() - t0, 3)
 import torch; mark("import torch")
-import transformers, transformers.models.auto; mark("import transformers")
 from radixserve import AsyncEngine, EngineConfig, SamplingParams
 import radixserve.engine; mark("import radixserve.engine")
-from radixserve.model.embedded import embedded_model_dir
-from radixserve.model.tokenizer import load_tokenizer
-load_tokenizer(embedded_model_dir()); mark("load the tokenizer (alone)")
+# engine.start split by timing its steps in place (names both the old and the new code have).
+import radixserve.model.loader as loader
+spent = {"weights": 0.0, "tokenizer (with import transformers)": 0.0, "KV pool": 0.0}
+def timed(key, fn):
+    def run(*a, **k):
+        s = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[key] += time.perf_counter() - s
+    return run
+loader.load_checkpoint = timed("weights", loader.load_checkpoint)
+loader.load_tokenizer = timed("tokenizer (with import transformers)", loader.load_tokenizer)
+radixserve.engine.KVPool = timed("KV pool", radixserve.engine.KVPool)
 import asyncio
 async def main():
     engine = AsyncEngine(EngineConfig(device="cpu"))
-    await engine.start(); mark("engine.start (model load, worker)")
+    await engine.start(); mark("engine.start")
+    # Durations inside engine.start; the weights and the tokenizer may overlap (threads).
+    for name, s in spent.items():
+        marks["  in start: " + name] = round(s, 3)
+    marks["heavy transformers modules imported"] = sorted(
+        m for m in HEAVY if m in sys.modules
+    )
     async for out in engine.generate("Hi", SamplingParams(max_tokens=1)):
         pass
     mark("first token")
     await engine.shutdown()
+HEAVY = ("torch.distributed.tensor", "transformers.modeling_utils", "transformers.configuration_utils",
+         "transformers.models.auto.configuration_auto", "transformers.generation")
 asyncio.run(main())
 print(json.dumps(marks))
 """
@@ -63,14 +83,14 @@ def test_one_token(radixserve_engine, radixserve_params):
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _env(root: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def cli_once() -> dict[str, float]:
+def cli_once(root: Path = ROOT) -> dict[str, float]:
     cmd = [sys.executable, "-m", "radixserve", "generate", "Hi", "--max-tokens", "1", "--device", "cpu"]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(root), cwd=root)
     assert proc.stdout is not None
     proc.stdout.read(1)
     first = time.perf_counter() - t0
@@ -79,7 +99,7 @@ def cli_once() -> dict[str, float]:
     return {"first_token_s": round(first, 3), "exit_s": round(time.perf_counter() - t0, 3)}
 
 
-def pytest_once() -> dict[str, float]:
+def pytest_once(root: Path = ROOT) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "test_startup_probe.py").write_text(TEST)
         cmd = [
@@ -96,15 +116,42 @@ def pytest_once() -> dict[str, float]:
             d,
         ]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, env=_env(), cwd=d)
+        subprocess.run(cmd, check=True, capture_output=True, env=_env(root), cwd=d)
         return {"total_s": round(time.perf_counter() - t0, 3)}
 
 
-def phases_once() -> dict[str, float]:
+def phases_once(root: Path = ROOT) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", PHASES], check=True, capture_output=True, text=True, env=_env(), cwd=ROOT
+        [sys.executable, "-c", PHASES], check=True, capture_output=True, text=True, env=_env(root), cwd=root
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure(root: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
+    runs["cli"].append(cli_once(root))
+    runs["pytest"].append(pytest_once(root))
+    runs["phases"].append(phases_once(root))
+
+
+def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Best and median of each figure; the phases of the run with the fastest first token."""
+    out: dict[str, Any] = {}
+    for k in ("first_token_s", "exit_s"):
+        vals = [r[k] for r in runs["cli"]]
+        out[f"radixserve generate: {k}"] = (min(vals), statistics.median(vals))
+    vals = [r["total_s"] for r in runs["pytest"]]
+    out["pytest, one test on the fixture"] = (min(vals), statistics.median(vals))
+    best = min(runs["phases"], key=lambda r: r["first token"])
+    prev = 0.0
+    for name, t in best.items():
+        if not isinstance(t, float | int):
+            continue
+        if name.startswith("  in start"):
+            out[f"phase: {name}"] = (t, "")
+        else:
+            out[f"phase: {name}"] = (round(t - prev, 3), t)
+            prev = t
+    return out
 
 
 def main() -> int:
@@ -113,28 +160,46 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        help="another checkout (e.g. of main) measured the same way, interleaved, as 'before'",
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "startup_cpu.json"))
     args = ap.parse_args()
     env = environment()
-    cli_once()  # warm the page cache and the converted-model cache
-    runs: dict[str, list[dict[str, float]]] = {"cli": [], "pytest": [], "phases": []}
-    for _ in range(args.repeats):  # interleaved, so load changes hit all three alike
-        runs["cli"].append(cli_once())
-        runs["pytest"].append(pytest_once())
-        runs["phases"].append(phases_once())
+    roots = {"after": ROOT} if args.baseline is None else {"before": Path(args.baseline), "after": ROOT}
+    for root in roots.values():
+        cli_once(root)  # warm the page cache and the converted-model cache
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        k: {"cli": [], "pytest": [], "phases": []} for k in roots
+    }
+    for _ in range(args.repeats):  # interleaved, so load changes hit every setting alike
+        for key, root in roots.items():
+            measure(root, runs[key])
+    sums = {k: summary(r) for k, r in runs.items()}
+    heavy = {
+        k: min(r["phases"], key=lambda p: p["first token"])["heavy transformers modules imported"]
+        for k, r in runs.items()
+    }
+    headers = ["what"] + [f"{k}: {c}" for k in roots for c in ("best s", "median s")]
     rows: list[list[Any]] = []
-    for k in ("first_token_s", "exit_s"):
-        vals = [r[k] for r in runs["cli"]]
-        rows.append([f"radixserve generate: {k}", min(vals), statistics.median(vals)])
-    vals = [r["total_s"] for r in runs["pytest"]]
-    rows.append(["pytest, one test on the fixture", min(vals), statistics.median(vals)])
-    best = min(runs["phases"], key=lambda r: r["first token"])
-    prev = 0.0
-    for name, t in best.items():
-        rows.append([f"  phase: {name} (+{t - prev:.2f} s)", t, ""])
-        prev = t
-    print_table(["what", "best s", "median s"], rows)
-    write_results(args.out, [runs], env, repeats=args.repeats)
+    for name in sums["after"]:
+        row: list[Any] = [name]
+        for k in roots:
+            a, b = sums[k].get(name, ("", ""))
+            # A phase row shows its own duration and the time it ended at.
+            row += [a, b if not name.startswith("phase") or b == "" else f"(at {b})"]
+        rows.append(row)
+    print_table(headers, rows)
+    for k, mods in heavy.items():
+        print(f"{k}: heavy transformers modules imported by engine.start: {mods or 'none'}")
+    write_results(
+        args.out,
+        [{"setting": k, "root": str(roots[k]), "runs": runs[k], "heavy_modules": heavy[k]} for k in roots],
+        env,
+        repeats=args.repeats,
+    )
     return 0
 
 

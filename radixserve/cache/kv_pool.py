@@ -4,6 +4,14 @@ One slot holds the K and V of one token in every layer. Slot ids come from
 the `SlotAllocator`; the pool itself only stores and never decides who owns
 what. The buffers are `[num_slots, num_kv_heads, head_dim]` per layer, which
 FlashInfer reads as a paged cache with page size 1 (`view(-1, 1, H, D)`).
+
+On the CPU the buffers are left uninitialised: zeroing a default pool (up to
+1 GiB) would cost seconds at start, while untouched pages of a fresh
+allocation cost nothing until a slot is written. The torch backend reads only
+written slots (new tokens are written before attention; padded decode rows
+point at a written slot), so no garbage, NaN included, reaches a softmax. GPU
+buffers stay zeroed (cheap there): CUDA-graph padding and the other backends
+may read slots nothing wrote.
 """
 
 from __future__ import annotations
@@ -37,12 +45,9 @@ class KVPool:
         self.config = config
         self.num_slots = num_slots
         shape = (num_slots, config.num_kv_heads, config.head_dim)
-        self.k = [
-            torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)
-        ]
-        self.v = [
-            torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)
-        ]
+        new = torch.empty if torch.device(config.device).type == "cpu" else torch.zeros
+        self.k = [new(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
+        self.v = [new(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
 
     @classmethod
     def from_budget(cls, config: KVPoolConfig, num_bytes: int) -> KVPool:

@@ -183,3 +183,43 @@ def _read_sliding_window(hf_config: Any, model_type: str) -> int | None:
         getattr(hf_config, "layer_types", None) or ()
     )
     return int(window) if uses else None
+
+
+# Keys whose transformers default differs between model types (or from ours): a
+# config.json without one of them is read by transformers, which knows the default.
+_REQUIRED_KEYS = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+)
+_REQUIRED_BY_TYPE = {"mistral": ("sliding_window",), "qwen3": ("head_dim",)}
+
+
+def plain_hf_config(raw: dict[str, Any]) -> Any | None:
+    """config.json as an attribute view that `ModelConfig.from_hf` reads like a
+    transformers config, when that is certain to give the same ModelConfig; else None
+    (the caller then asks transformers). Covers the plain case: a supported model
+    type, every key with a type-dependent default present, unscaled rope."""
+    from types import SimpleNamespace
+
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return None
+    if any(k not in raw for k in _REQUIRED_KEYS + _REQUIRED_BY_TYPE.get(model_type, ())):
+        return None
+    rope = raw.get("rope_parameters")
+    if rope is not None:
+        plain_rope = isinstance(rope, dict) and set(rope) <= {"rope_theta", "rope_type"}
+        if not plain_rope or rope.get("rope_type", "default") != "default" or "rope_theta" not in rope:
+            return None
+    elif "rope_theta" not in raw or raw.get("rope_scaling") is not None:
+        return None
+    return SimpleNamespace(**{"rope_scaling": None, **raw})

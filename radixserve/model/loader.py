@@ -12,7 +12,10 @@ A spec is one of
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from radixserve.model.config import ModelConfig
+from radixserve.model.config import ModelConfig, plain_hf_config
 from radixserve.model.embedded import EMBEDDED_ALIASES, EmbeddedModelMissingError, embedded_model_dir
 from radixserve.model.gguf_convert import gguf_folder
 from radixserve.model.registry import resolve_architecture
@@ -38,10 +41,21 @@ DUMMY_SEED = 0
 class LoadedModel:
     model: nn.Module
     config: ModelConfig
-    hf_config: Any
+    # A transformers config, or the folder whose config.json transformers reads on first use of
+    # `hf_config` (loading never needs it: importing transformers' config machinery costs seconds).
+    hf_config_source: Any
     tokenizer: Any | None  # a transformers tokenizer; None for dummy shapes without one
     path: str | None  # the HF folder the weights came from; None for dummy weights
     eos_token_ids: frozenset[int] = frozenset()
+
+    @functools.cached_property
+    def hf_config(self) -> Any:
+        """The transformers config of the model (e.g. to build transformers' twin of it)."""
+        if isinstance(self.hf_config_source, Path):
+            from transformers import AutoConfig
+
+            return AutoConfig.from_pretrained(str(self.hf_config_source))
+        return self.hf_config_source
 
 
 def load_model(
@@ -109,7 +123,15 @@ def _instantiate(
     return model.eval()
 
 
-def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: bool) -> LoadedModel:
+def _read_hf_config(folder: Path) -> tuple[Any, Any]:
+    """(what `ModelConfig.from_hf` reads, the `hf_config_source`): config.json itself when
+    it is plain enough (see `plain_hf_config`), else transformers' reading of it."""
+    try:
+        plain = plain_hf_config(json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError):
+        plain = None  # transformers reports what is wrong with the file
+    if plain is not None:
+        return plain, folder
     from transformers import AutoConfig
 
     try:
@@ -117,18 +139,27 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     except (ValueError, KeyError) as e:
         # An unknown model_type fails inside transformers; say which architecture it was.
         raise _unreadable_config(folder, e) from e
+    return hf_config, hf_config
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: bool) -> LoadedModel:
+    hf_config, hf_source = _read_hf_config(folder)
     cls, config = _model_config(hf_config)
     files = None if dummy else checkpoint_files(folder)  # fail on missing files before building
-    model = _instantiate(cls, config, dtype, device)
-    if files is None:
-        init_dummy_weights(model, seed=DUMMY_SEED)
-    else:
-        load_checkpoint(model, files, tied=config.tie_word_embeddings)
-    tokenizer = load_tokenizer(folder)
+    # The tokenizer (mostly importing transformers: Python, under the GIL) loads in a
+    # thread while the weights are copied (torch kernels, which release the GIL).
+    with ThreadPoolExecutor(1, thread_name_prefix="radixserve-tokenizer") as pool:
+        pending = pool.submit(load_tokenizer, folder)
+        model = _instantiate(cls, config, dtype, device)
+        if files is None:
+            init_dummy_weights(model, seed=DUMMY_SEED)
+        else:
+            load_checkpoint(model, files, tied=config.tie_word_embeddings)
+        tokenizer = pending.result()
     return LoadedModel(
         model=model,
         config=config,
-        hf_config=hf_config,
+        hf_config_source=hf_source,
         tokenizer=tokenizer,
         path=None if dummy else str(folder),
         eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, folder),
@@ -150,7 +181,7 @@ def _load_dummy_shape(name: str, dtype: torch.dtype, device: torch.device) -> Lo
     return LoadedModel(
         model=model,
         config=config,
-        hf_config=hf_config,
+        hf_config_source=hf_config,
         tokenizer=tokenizer,
         path=None,
         eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, None),
@@ -158,8 +189,6 @@ def _load_dummy_shape(name: str, dtype: torch.dtype, device: torch.device) -> Lo
 
 
 def _unreadable_config(folder: Path, error: Exception) -> Exception:
-    import json
-
     from radixserve.model.registry import UnsupportedArchitectureError, supported_architectures
 
     try:

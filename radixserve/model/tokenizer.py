@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# tokenizer_config.json classes that AutoTokenizer resolves to `PreTrainedTokenizerFast`
+# itself (transformers 5 names it TokenizersBackend): loaded directly, skipping
+# AutoTokenizer's reading of config.json, which imports transformers' model machinery.
+GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 
 
 def load_tokenizer(folder: Path | str) -> Any | None:
@@ -14,9 +19,21 @@ def load_tokenizer(folder: Path | str) -> Any | None:
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
+    if (folder / "tokenizer.json").is_file() and _tokenizer_class(folder) in GENERIC_FAST_CLASSES:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+def _tokenizer_class(folder: Path) -> str | None:
+    try:
+        value = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def chat_prompt_ids(
@@ -38,9 +55,8 @@ def eos_token_ids(
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     if folder is not None and (Path(folder) / "generation_config.json").is_file():
-        from transformers import GenerationConfig
-
-        eos = GenerationConfig.from_pretrained(str(folder)).eos_token_id
+        # Read as transformers' GenerationConfig reads it, without importing its generation module.
+        eos = json.loads((Path(folder) / "generation_config.json").read_text()).get("eos_token_id")
         if eos is not None:
-            ids.update([eos] if isinstance(eos, int) else eos)
+            ids.update([int(eos)] if isinstance(eos, int) else (int(e) for e in eos))
     return frozenset(ids)

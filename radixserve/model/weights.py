@@ -3,7 +3,10 @@
 Checkpoint tensors are streamed one at a time with `safe_open` (never the
 whole file in memory), renamed to ours (q/k/v and gate/up land in their rows
 of the fused projections), shape-checked and copied, casting to the model's
-dtype and device. Every problem is an error that names the tensor and file.
+dtype and device. A whole CPU parameter of the checkpoint's dtype is not
+copied: it keeps the tensor `safe_open` maps from the file (private,
+copy-on-write), so pages are read once, when first used, instead of copied
+into fresh memory at start. Every problem is an error that names the tensor and file.
 """
 
 from __future__ import annotations
@@ -114,13 +117,20 @@ def load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
                 f"shape mismatch for weight {name!r} in {path}: expected {tuple(dst.shape)}, "
                 f"got {tuple(tensor.shape)}"
             )
-        dst.copy_(tensor)
+        if target.rows is None and _same_layout(tensor, dst):
+            target.param.data = tensor  # the file's mapped pages: no copy
+        else:
+            dst.copy_(tensor)
         loaded.add(name)
     missing = sorted(set(targets) - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         where = files[0].parent
         raise WeightLoadError(f"missing weights in {where}: {shown}")
+
+
+def _same_layout(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    return src.device == dst.device and src.dtype == dst.dtype and src.is_contiguous()
 
 
 @torch.no_grad()

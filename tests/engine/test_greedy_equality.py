@@ -91,3 +91,17 @@ def test_radix_cache_off_gives_same_tokens_and_no_hits(prompts, reference) -> No
 def test_page_size_4(prompts, reference) -> None:
     outs = run(with_engine, engine_config(page_size=4), lambda e: _all(e, prompts))
     assert [list(o.token_ids) for o in outs] == reference
+
+
+def test_uninitialised_kv_pool_slots_never_reach_attention(prompts, reference) -> None:
+    """The CPU pool is allocated with torch.empty: poisoned with NaN before any request, a
+    batch of different lengths (padded decode) still equals transformers token for token."""
+
+    async def body(engine: AsyncEngine) -> list[Any]:
+        assert engine.pool is not None
+        for buf in engine.pool.k + engine.pool.v:  # the worker is idle: no request yet
+            buf.fill_(float("nan"))
+        return await _all(engine, prompts[:8])
+
+    outs = run(with_engine, engine_config(), body)
+    assert [list(o.token_ids) for o in outs] == reference[:8]
