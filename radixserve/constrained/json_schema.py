@@ -14,7 +14,11 @@ are all valid for the original:
   merged into one schema: properties and required lists united, the other
   keywords kept when the parts agree (when they conflict, it is left as is);
 - `{"type": "number", "multipleOf": k}` with an integer k becomes
-  `{"type": "integer", "multipleOf": k}` (xgrammar drops multipleOf on numbers).
+  `{"type": "integer", "multipleOf": k}` (xgrammar drops multipleOf on numbers);
+- a string bounded only by `minLength`/`maxLength` becomes a `pattern` of
+  that many plain characters (no quote, backslash or control character):
+  xgrammar's bounded-string rule lets raw control characters through, which
+  JSON forbids; the rewrite is stricter (no escapes) and always valid.
 
 What is left unenforced (oneOf with overlapping branches, read as anyOf;
 fractional multipleOf; length limits next to a pattern or format) is listed
@@ -27,6 +31,19 @@ import copy
 from typing import Any
 
 _MERGE_UNION = ("required",)
+# One JSON string character written as itself: no quote, backslash or control character.
+_PLAIN_CHAR = '[^"\\\\\\x00-\\x1f]'
+
+
+def _is_plain_bounded_string(node: dict[str, Any]) -> bool:
+    """A string schema whose only constraint is minLength/maxLength (integers)."""
+    bounds = [node[k] for k in ("minLength", "maxLength") if k in node]
+    return (
+        node.get("type") == "string"
+        and bool(bounds)
+        and all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in bounds)
+        and not any(k in node for k in ("pattern", "format", "enum", "const"))
+    )
 
 
 def prepare(schema: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +70,11 @@ def _walk(node: Any, root: dict[str, Any], depth: int) -> Any:
     is_array = types == "array" or (isinstance(types, list) and "array" in types)
     if is_array and "items" not in node and "prefixItems" not in node:
         node["items"] = {}
+    if _is_plain_bounded_string(node):
+        # xgrammar's length-bounded string accepts raw control characters (JSON forbids
+        # them); a pattern of unescaped characters enforces both the bound and JSON.
+        lo, hi = int(node.pop("minLength", 0)), node.pop("maxLength", None)
+        node["pattern"] = "^" + _PLAIN_CHAR + "{" + f"{lo},{'' if hi is None else int(hi)}" + "}$"
     k = node.get("multipleOf")
     if (
         types == "number"

@@ -101,3 +101,22 @@ def test_schemas_as_users_write_them_compile_to_what_they_mean(backend: XGrammar
     assert "allOf" not in got and got["required"] == ["x"]
     assert got["properties"]["y"] == {"type": "integer", "multipleOf": 2}
     assert schema["allOf"][0] == {"$ref": "#/$defs/a"}  # the caller's schema is not touched
+
+
+def test_length_bounded_strings_refuse_control_characters(backend: XGrammarBackend, tokenizer: Any) -> None:
+    # xgrammar's own maxLength string rule accepts a raw \x01 (JSON forbids it); prepare()'s
+    # pattern rewrite must refuse it and still enforce the bound.
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 4}},
+        "required": ["name"],
+    }
+    compiled = backend.compile(SamplingParams(json_schema=schema).grammar)  # type: ignore[arg-type]
+
+    def accepts(text: str) -> bool:
+        m = backend.matcher(compiled)
+        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False))
+
+    assert accepts('{"name": "ab"}') and accepts('{"name": "abcd"}')
+    assert not accepts('{"name": "a\x01b"}')
+    assert not accepts('{"name": "abcde"}')
