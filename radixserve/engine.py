@@ -22,13 +22,12 @@ import contextlib
 import itertools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from radixserve import validation as V
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
@@ -37,14 +36,13 @@ from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.outputs import RequestOutput
+from radixserve.prompts import Prompt, tokenize_prompt
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
-
-Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 
 _CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
 # Engines build one at a time: transformers' lazy imports are not thread-safe.
@@ -481,7 +479,7 @@ class AsyncEngine:
         assert self.loaded is not None
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        ids = self._tokenize(prompt)
+        ids = tokenize_prompt(self.tokenizer, prompt)
         if not ids:
             raise ValueError("the prompt is empty")
         if len(ids) >= self.context_length:
@@ -513,38 +511,6 @@ class AsyncEngine:
                 )
             )
         return reqs
-
-    def _tokenize(self, prompt: Prompt) -> list[int]:
-        tok = self.tokenizer
-        if isinstance(prompt, str):
-            if tok is None:
-                raise ValueError("this model has no tokenizer: pass token ids instead of text")
-            V.check_text("prompt", prompt, owner="the")
-            return self._encode(prompt, add_special_tokens=True)
-        if hasattr(prompt, "tolist") and not isinstance(prompt, (bytes, bytearray)):
-            prompt = prompt.tolist()  # a numpy array or torch tensor of ids
-        if not isinstance(prompt, Sequence) or isinstance(prompt, (bytes, bytearray)):
-            raise TypeError(
-                "a prompt is a string, a list of chat messages (dicts) or a list of token ids, "
-                f"got {type(prompt).__name__}"
-            )
-        seq = list(prompt)
-        if seq and isinstance(seq[0], Mapping):
-            if tok is None or not getattr(tok, "chat_template", None):
-                raise ValueError("this model has no chat template: pass text or token ids")
-            messages = V.chat_messages(seq)
-            try:
-                text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            except Exception as e:  # noqa: BLE001 - e.g. a template that requires alternating roles
-                raise ValueError(f"the chat template rejected these messages: {e}") from e
-            return self._encode(text, add_special_tokens=False)
-        return V.prompt_token_ids(seq)
-
-    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        try:
-            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
-        except Exception as e:  # noqa: BLE001 - the tokenizer's failure on this input
-            raise ValueError(f"the tokenizer failed on this prompt: {type(e).__name__}: {e}") from e
 
     def _to_loop(self, fn: Any, *args: Any) -> None:  # worker thread
         assert self._loop is not None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request
 
+from radixserve.prompts import is_chat, tokenize_prompt
 from radixserve.server.errors import APIError
 from radixserve.server.limits import Ticket
 
@@ -41,21 +42,11 @@ def encode_prompt(
     request: Request, engine: AsyncEngine, prompt: str | Sequence[dict[str, Any]] | Sequence[int]
 ) -> list[int]:
     """Token ids of a text, chat messages (with the chat template) or ids, within the limits."""
-    tok = engine.tokenizer
-    if isinstance(prompt, str):
-        if tok is None:
-            raise APIError(400, "this model has no tokenizer: send token ids", param="prompt")
-        ids = list(tok.encode(prompt, add_special_tokens=True))
-    elif prompt and isinstance(prompt[0], dict):
-        if tok is None or not getattr(tok, "chat_template", None):
-            raise APIError(400, "this model has no chat template", param="messages")
-        try:
-            text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-        except Exception as e:  # a template that rejects this conversation (e.g. roles out of order)
-            raise APIError(400, f"the chat template rejected the messages: {e}", param="messages") from e
-        ids = list(tok.encode(text, add_special_tokens=False))
-    else:
-        ids = [int(t) for t in prompt]  # type: ignore[arg-type]
+    param = "messages" if is_chat(prompt) else "prompt"
+    try:
+        ids = tokenize_prompt(engine.tokenizer, prompt)
+    except (ValueError, TypeError) as e:
+        raise APIError(400, str(e), param=param) from e
     limit = request.app.state.settings.limits.max_prompt_tokens
     if limit is not None and len(ids) > limit:
         raise APIError(
@@ -66,9 +57,7 @@ def encode_prompt(
             400,
             f"the prompt has {len(ids)} tokens; the model's context is {engine.context_length} tokens "
             "(the prompt plus at least one generated token must fit)",
-            param="messages"
-            if prompt and not isinstance(prompt, str) and isinstance(prompt[0], dict)
-            else "prompt",
+            param=param,
             code="context_length_exceeded",
         )
     return ids
