@@ -127,3 +127,23 @@ class Backend(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the backend started (an engine it created itself)."""
+
+
+# Regexes of gen(dtype=...) where structured output exists (SGLang's forms); shared by the
+# backends (this module imports no torch, so the HTTP backend can use it).
+DTYPE_REGEX = {
+    "int": r"[-+]?[0-9]+",
+    "float": r"[-+]?[0-9]*\.?[0-9]+",
+    "str": r"\"[\w\d\s]*\"",
+    "bool": r"(True|False)",
+}
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two id lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

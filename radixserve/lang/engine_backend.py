@@ -13,18 +13,19 @@ from typing import Any
 
 from radixserve.blocking import Engine
 from radixserve.engine import AsyncEngine
-from radixserve.lang.backend import Backend, ChoiceLogprobs, GenParams, GenResult, StreamChunk
+from radixserve.lang.backend import (
+    DTYPE_REGEX,
+    Backend,
+    ChoiceLogprobs,
+    GenParams,
+    GenResult,
+    StreamChunk,
+    common_prefix,
+)
 from radixserve.lang.chat_template import ChatTemplate, template_from_tokenizer
 from radixserve.outputs import RequestOutput
 from radixserve.sampling_params import SamplingParams
 
-# Regexes of gen(dtype=...) where structured output exists (SGLang's forms).
-DTYPE_REGEX = {
-    "int": r"[-+]?[0-9]+",
-    "float": r"[-+]?[0-9]*\.?[0-9]+",
-    "str": r"\"[\w\d\s]*\"",
-    "bool": r"(True|False)",
-}
 _STRUCTURED = ("regex", "json_schema", "ebnf")
 
 
@@ -160,7 +161,7 @@ class EngineBackend(Backend):
         tok = self.engine.tokenizer
         pids = self._ids(prefix)
         fulls = [self._ids(prefix + c) for c in choices]
-        starts = [_common_prefix(pids, f) for f in fulls]
+        starts = [common_prefix(pids, f) for f in fulls]
         for c, f, s in zip(choices, fulls, starts):
             if s >= len(f) or s == 0:
                 raise ValueError(f"select: choice {c!r} adds no token after the prompt")
@@ -192,15 +193,6 @@ def _one(o: RequestOutput | list[RequestOutput]) -> RequestOutput:
     if o.finish_reason == "abort":
         raise RuntimeError(f"the request failed: {o.error or 'aborted'}")
     return o
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _lps(o: RequestOutput, tok: Any) -> list[tuple[float, int, str | None]]:

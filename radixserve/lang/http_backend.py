@@ -22,16 +22,19 @@ from typing import Any
 
 import httpx
 
-from radixserve.lang.backend import Backend, ChoiceLogprobs, GenParams, GenResult, StreamChunk, TokenLogprob
+from radixserve.lang.backend import (
+    DTYPE_REGEX,
+    Backend,
+    ChoiceLogprobs,
+    GenParams,
+    GenResult,
+    StreamChunk,
+    TokenLogprob,
+    common_prefix,
+)
 from radixserve.lang.chat_template import PLAIN, ChatTemplate, template_from_renderer
 
 _UNSUPPORTED = "unsupported_feature"  # the error code radixserve's server gives a feature it lacks
-DTYPE_REGEX = {  # as engine_backend.py has them (not imported from there: it needs torch)
-    "int": r"[-+]?[0-9]+",
-    "float": r"[-+]?[0-9]*\.?[0-9]+",
-    "str": r"\"[\w\d\s]*\"",
-    "bool": r"(True|False)",
-}
 
 
 class RemoteError(RuntimeError):
@@ -123,12 +126,12 @@ class RemoteBackend(Backend):
         for c, a in zip(choices, answers):
             entries, first = a["meta_info"]["input_token_logprobs"], start
             ids = pids[:start] + [t[1] for t in entries]
-            s = _common_prefix(pids, ids)
+            s = common_prefix(pids, ids)
             if s <= start and start > 0:  # the choice re-tokenized the prefix further back
                 a = (await self._score([prefix + c], 0))[0]
                 entries, first = a["meta_info"]["input_token_logprobs"], 0
                 ids = [t[1] for t in entries]
-                s = _common_prefix(pids, ids)
+                s = common_prefix(pids, ids)
             if s >= len(ids) or s == 0:
                 raise ValueError(f"select: choice {c!r} adds no token after the prompt")
             scored.append((ids[s:], [_triple(t) for t in entries[s - first :]], a["meta_info"]))
@@ -249,15 +252,6 @@ def _meta(meta: dict[str, Any], p: GenParams) -> dict[str, Any]:
         tops = out.get("output_top_logprobs") or [None] * len(out["output_token_logprobs"])
         out["output_top_logprobs"] = [[_triple(t) for t in row or ()] for row in tops]
     return out
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _template(source: str | None, special: dict[str, Any]) -> ChatTemplate:
