@@ -82,7 +82,6 @@ class Scheduler:
         self.cached_tokens_admitted = 0
         self.retractions = 0
         self._chunking = False  # the last step was a chunk of a prompt with chunks left
-
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
 
