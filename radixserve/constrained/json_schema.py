@@ -18,7 +18,16 @@ are all valid for the original:
 - a string bounded only by `minLength`/`maxLength` becomes a `pattern` of
   that many plain characters (no quote, backslash or control character):
   xgrammar's bounded-string rule lets raw control characters through, which
-  JSON forbids; the rewrite is stricter (no escapes) and always valid.
+  JSON forbids; the rewrite is stricter (no escapes) and always valid;
+- keywords beside a `oneOf`/`anyOf` (`{"required": [...], "oneOf": [...]}`)
+  are pushed into each branch: xgrammar enforces only the branches;
+- a `$ref` at the root (beside its `definitions`) is replaced by its target:
+  xgrammar accepted any value there;
+- an `allOf` of conditionals on one discriminating property (`{"if":
+  {"properties": {"type": {"const": "static"}}}, "then": {...}}`, as JSON
+  Schema Store writes them) becomes an `anyOf` with one branch per value of
+  that property (its `then` merged in) and one for the remaining values of
+  its `enum`; the discriminator becomes required (stricter, never invalid).
 
 What is left unenforced (oneOf with overlapping branches, read as anyOf;
 fractional multipleOf; length limits next to a pattern or format) is listed
@@ -31,6 +40,10 @@ import copy
 from typing import Any
 
 _MERGE_UNION = ("required",)
+# Keywords that stay beside a oneOf/anyOf when the others move into its branches.
+_NOT_PUSHED = frozenset(
+    ("$defs", "definitions", "$schema", "$id", "$comment", "title", "description", "examples", "default")
+)
 # One JSON string character written as itself: no quote, backslash or control character.
 _PLAIN_CHAR = '[^"\\\\\\x00-\\x1f]'
 
@@ -48,6 +61,14 @@ def _is_plain_bounded_string(node: dict[str, Any]) -> bool:
 
 def prepare(schema: dict[str, Any]) -> dict[str, Any]:
     root = copy.deepcopy(schema)
+    ref = root.get("$ref") if isinstance(root, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = _resolve({"$ref": ref}, root)
+        if "$ref" not in target:  # resolved: the root is its target plus its own other keywords
+            rest = {k: v for k, v in root.items() if k != "$ref"}
+            merged = _merge_all_of({**rest, "allOf": [target]}, root)
+            if merged is not None:
+                root = merged
     return _walk(root, root, 0)  # type: ignore[no-any-return]
 
 
@@ -63,9 +84,12 @@ def _walk(node: Any, root: dict[str, Any], depth: int) -> Any:
             continue  # values, not schemas
         node[key] = _walk(value, root, depth + 1)
     if isinstance(node.get("allOf"), list):
+        node = _conditionals_to_branches(node, root)
+    if isinstance(node.get("allOf"), list):
         merged = _merge_all_of(node, root)
         if merged is not None:
             node = merged
+    node = _push_into_branches(node, root, depth)
     types = node.get("type")
     is_array = types == "array" or (isinstance(types, list) and "array" in types)
     if is_array and "items" not in node and "prefixItems" not in node:
@@ -124,3 +148,86 @@ def _merge_all_of(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] 
             elif out[key] != value:
                 return None  # conflicting keywords: leave the allOf to xgrammar
     return out
+
+
+def _push_into_branches(node: dict[str, Any], root: dict[str, Any], depth: int) -> dict[str, Any]:
+    """`{"required": [...], "oneOf": [A, B]}` -> `{"oneOf": [A + required, B + required]}`."""
+    for key in ("oneOf", "anyOf"):
+        branches = node.get(key)
+        siblings = {k: v for k, v in node.items() if k != key and k not in _NOT_PUSHED}
+        if (
+            not isinstance(branches, list)
+            or not branches
+            or not siblings
+            or any(k in siblings for k in ("oneOf", "anyOf", "allOf", "$ref"))
+        ):
+            continue
+        merged = [_merge_all_of({**siblings, "allOf": [b]}, root) for b in branches]
+        if any(m is None for m in merged):
+            continue  # a conflict: leave it to xgrammar (listed as not enforced)
+        kept = {k: v for k, v in node.items() if k in _NOT_PUSHED}
+        return {**kept, key: [_walk(m, root, depth + 1) for m in merged]}
+    return node
+
+
+def _discriminator(part: Any) -> tuple[str, Any, dict[str, Any]] | None:
+    """(property, value, then) of `{"if": {"properties": {p: {"const": v}}}, "then": T}`."""
+    if not isinstance(part, dict) or set(part) != {"if", "then"}:
+        return None
+    cond, then = part["if"], part["then"]
+    props = cond.get("properties") if isinstance(cond, dict) else None
+    if not isinstance(then, dict) or not isinstance(props, dict) or len(props) != 1:
+        return None
+    if set(cond) - {"properties", "required"}:
+        return None
+    ((name, sub),) = props.items()
+    if isinstance(sub, dict) and set(sub) == {"const"}:
+        return name, sub["const"], then
+    if isinstance(sub, dict) and set(sub) == {"enum"} and len(sub["enum"]) == 1:
+        return name, sub["enum"][0], then
+    return None
+
+
+def _conditionals_to_branches(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """An allOf of if/then parts on one discriminating property -> anyOf, one branch per value."""
+    conds = [_discriminator(p) for p in node["allOf"]]
+    names = {c[0] for c in conds if c is not None}
+    if len(names) != 1 or not any(c is not None for c in conds):
+        return node
+    (name,) = names
+    others = [p for p, c in zip(node["allOf"], conds) if c is None]
+    base = {k: v for k, v in node.items() if k != "allOf"}
+    if others:
+        merged_base = _merge_all_of({**base, "allOf": others}, root)
+        if merged_base is None:
+            return node
+        base = merged_base
+    prop = (base.get("properties") or {}).get(name, {})
+    if not isinstance(prop, dict):
+        return node
+    plain = {k: v for k, v in prop.items() if k not in ("enum", "const")}
+    allowed = prop.get("enum") if isinstance(prop.get("enum"), list) else None
+    branches: list[Any] = []
+    seen: list[Any] = []
+    for c in conds:
+        if c is None or c[1] in seen or (allowed is not None and c[1] not in allowed):
+            continue
+        seen.append(c[1])
+        pick = {"properties": {name: {**plain, "const": c[1]}}, "required": [name]}
+        branches.append({**pick, "allOf": [c[2]]})
+    if allowed is not None:
+        rest = [v for v in allowed if v not in seen]
+        if rest:
+            branches.append({"properties": {name: {**plain, "enum": rest}}, "required": [name]})
+    resolved = []
+    for b in branches:  # each branch: its discriminator plus its `then`
+        m = _merge_all_of(b, root) if "allOf" in b else b
+        if m is None:
+            return node
+        resolved.append(m)
+    if not resolved:
+        return node
+    # The discriminator's own schema moves into the branches (their const/enum narrow it).
+    base_props = {k: v for k, v in (base.get("properties") or {}).items() if k != name}
+    base = {**base, "properties": base_props} if "properties" in base else base
+    return {**base, "anyOf": resolved}

@@ -120,3 +120,51 @@ def test_length_bounded_strings_refuse_control_characters(backend: XGrammarBacke
     assert accepts('{"name": "ab"}') and accepts('{"name": "abcd"}')
     assert not accepts('{"name": "a\x01b"}')
     assert not accepts('{"name": "abcde"}')
+
+
+def test_keywords_beside_branches_refs_and_conditionals_are_enforced(
+    backend: XGrammarBackend, tokenizer: Any
+) -> None:
+    # Shapes from JSONSchemaBench where xgrammar alone accepted invalid text (found with
+    # random-weight generation): each rewrite in json_schema.prepare must make them refused.
+    def accepts(schema: dict[str, Any], text: str) -> bool:
+        m = backend.matcher(backend.compile(SamplingParams(json_schema=schema).grammar))  # type: ignore[arg-type]
+        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
+            m.accept_token(backend.info.stop_token_ids[0])
+        )
+
+    side = {"type": "object", "properties": {"align": {"enum": ["left", "right"]}}, "required": ["align"]}
+    beside_one_of = {
+        "type": "object",
+        "required": ["content"],
+        "properties": {"content": {"type": "string"}},
+        "oneOf": [{"$ref": "#/definitions/side"}],
+        "definitions": {"side": {"properties": {"config": side}, "required": ["config"]}},
+    }
+    assert not accepts(beside_one_of, '{"config": {"align": "left"}}')  # the sibling `required`
+    assert accepts(beside_one_of, '{"content": "x", "config": {"align": "left"}}')
+
+    root_ref = {
+        "$ref": "#/definitions/App",
+        "definitions": {
+            "App": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        },
+    }
+    assert not accepts(root_ref, "null") and accepts(root_ref, '{"n": 1}')
+
+    conditional = {
+        "type": "object",
+        "properties": {"kind": {"type": "string", "enum": ["a", "b", "c"]}},
+        "required": ["kind"],
+        "allOf": [
+            {"if": {"properties": {"kind": {"const": "a"}}}, "then": {"properties": {"x": {"enum": [1, 2]}}}},
+            {
+                "if": {"properties": {"kind": {"const": "b"}}},
+                "then": {"properties": {"y": {"type": "boolean"}}},
+            },
+        ],
+    }
+    assert not accepts(conditional, "null")
+    assert accepts(conditional, '{"kind": "a", "x": 2}') and not accepts(conditional, '{"kind": "a", "x": 3}')
+    assert accepts(conditional, '{"kind": "b", "y": true}') and accepts(conditional, '{"kind": "c"}')
+    assert not accepts(conditional, '{"kind": "d"}')
