@@ -92,6 +92,8 @@ def validate(text: str, schema: Any) -> str | None:
         errs = sorted(cls(schema).iter_errors(inst), key=str)
     except (jsonschema.exceptions.SchemaError, jsonschema.exceptions._WrappedReferencingError) as e:
         return f"unverifiable: {type(e).__name__}: {str(e)[:80]}"
+    except OverflowError as e:  # e.g. multipleOf against 1e400, which json.loads reads as inf
+        return f"unverifiable: {type(e).__name__}: {str(e)[:80]}"
     return None if not errs else f"invalid: {errs[0].message[:120]}"
 
 

@@ -40,14 +40,17 @@ def special_token_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def tokenizer_info(tokenizer: Any, vocab_size: int, stop_ids: Iterable[int]) -> xgr.TokenizerInfo:
+def tokenizer_info(
+    tokenizer: Any, vocab_size: int, stop_ids: Iterable[int], never: Iterable[int] = ()
+) -> xgr.TokenizerInfo:
+    """xgrammar's view of the vocabulary; special tokens and `never` are never allowed."""
     stops = sorted(stop_ids)
     detected = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
     encoded = [""] * vocab_size
     for text, i in tokenizer.get_vocab().items():
         if i < vocab_size:
             encoded[i] = text
-    for i in special_token_ids(tokenizer) - set(stops):
+    for i in (special_token_ids(tokenizer) | set(never)) - set(stops):
         if i < vocab_size:
             encoded[i] = ""  # xgrammar's mark of a special token: never inside a grammar
     return xgr.TokenizerInfo(
@@ -97,13 +100,19 @@ class XGrammarBackend:
         self.info = tokenizer_info(tokenizer, vocab_size, stop_ids)
         # Our GrammarCache is the (bounded) cache: xgrammar's own would grow without limit.
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=threads, cache_enabled=False)
+        # JSON text never holds a raw control character (inside strings they are escaped;
+        # between values we write only spaces), but xgrammar's length-bounded string rule
+        # lets them through: JSON schemas compile against a vocabulary without those tokens.
+        control = [i for i, b in enumerate(self.info.decoded_vocab) if any(c < 0x20 for c in b)]
+        self.json_info = tokenizer_info(tokenizer, vocab_size, stop_ids, never=control)
+        self.json_compiler = xgr.GrammarCompiler(self.json_info, max_threads=threads, cache_enabled=False)
         self._batch = xgr.BatchGrammarMatcher("auto")  # fills a step's rows on several threads
 
     def compile(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
         try:
             if spec.kind == "json_schema":
                 schema = json.dumps(prepare(json.loads(spec.text)))
-                return self.compiler.compile_json_schema(
+                return self.json_compiler.compile_json_schema(
                     schema, any_whitespace=False, separators=(", ", ": ")
                 )
             if spec.kind == "regex":

@@ -104,8 +104,8 @@ def test_schemas_as_users_write_them_compile_to_what_they_mean(backend: XGrammar
 
 
 def test_length_bounded_strings_refuse_control_characters(backend: XGrammarBackend, tokenizer: Any) -> None:
-    # xgrammar's own maxLength string rule accepts a raw \x01 (JSON forbids it); prepare()'s
-    # pattern rewrite must refuse it and still enforce the bound.
+    # xgrammar's own maxLength string rule accepts a raw \x01 (JSON forbids it); the JSON
+    # vocabulary (no tokens with a raw control character) must refuse it; the bound holds.
     schema = {
         "type": "object",
         "properties": {"name": {"type": "string", "maxLength": 4}},
@@ -168,3 +168,21 @@ def test_keywords_beside_branches_refs_and_conditionals_are_enforced(
     assert accepts(conditional, '{"kind": "a", "x": 2}') and not accepts(conditional, '{"kind": "a", "x": 3}')
     assert accepts(conditional, '{"kind": "b", "y": true}') and accepts(conditional, '{"kind": "c"}')
     assert not accepts(conditional, '{"kind": "d"}')
+
+
+def test_lengths_beside_a_pattern_required_names_and_typed_enums(
+    backend: XGrammarBackend, tokenizer: Any
+) -> None:
+    def accepts(schema: dict[str, Any], text: str) -> bool:
+        m = backend.matcher(backend.compile(SamplingParams(json_schema=schema).grammar))  # type: ignore[arg-type]
+        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
+            m.accept_token(backend.info.stop_token_ids[0])
+        )
+
+    slug = {"type": "string", "minLength": 2, "maxLength": 3, "pattern": "^[a-z-]*$"}
+    assert accepts(slug, '"ab"') and not accepts(slug, '""') and not accepts(slug, '"abcd"')
+    missing = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}
+    assert not accepts(missing, '{"a": "x"}')  # strict mode alone never writes "b"
+    assert accepts(missing, '{"a": "x", "b": 1}')
+    wrong_enum = {"type": "object", "properties": {"t": {"type": "array", "enum": ["code"]}}}
+    assert not accepts(wrong_enum, '{"t": "code"}') and accepts(wrong_enum, "{}")
