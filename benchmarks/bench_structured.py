@@ -1,6 +1,7 @@
 """Structured output over JSONSchemaBench: compile rate, validity, mask cost, jump-forward.
 
     python benchmarks/bench_structured.py [SCHEMAS] [--limit N] [--out PATH]
+    python benchmarks/bench_structured.py --only jump-forward   # the jump-forward A/B alone
     python benchmarks/bench_structured.py --gpu-throughput      # on a CUDA machine
 
 SCHEMAS is a JSON-lines file of `{"id", "split", "schema"}` objects (default:
@@ -18,7 +19,9 @@ CPU run (the embedded smollm2-135m-instruct, float32, overlap on):
   counted apart. Mask-fill host time per constrained token from `stats()`.
 - jump-forward: fixed-key schemas (an object whose properties are all
   required) one request at a time, greedy, jump-forward off and on: forward
-  passes (`stats()["forward_steps"]`), wall time, validity.
+  passes (`stats()["forward_steps"]`), wall time, validity. With
+  `--only jump-forward` only this part runs (the compile step picks the
+  schemas), once with overlap on and once in lockstep for reference.
 
 --gpu-throughput (CUDA): 64 JSON-schema requests at once against 64 free
 requests generating the same number of tokens each (ignore_eos, max_tokens =
@@ -279,6 +282,45 @@ async def cpu_run(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[
     return {"compile": comp, "generate": gen, "jump_forward": jf}
 
 
+async def jump_forward_run(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The jump-forward A/B alone, with overlap on and (for reference) in lockstep."""
+    from radixserve import AsyncEngine, EngineConfig
+
+    fig: dict[str, Any] = {}
+    for mode, overlap in (("overlap", True), ("lockstep", False)):
+        cfg = EngineConfig(
+            model=args.model, device=args.device, load_format=args.load_format, overlap=overlap
+        )
+        async with AsyncEngine(cfg) as engine:
+            ok, _ = await compile_all(engine, rows)
+            fixed = [r for r in ok if fixed_keys(r["schema"])][: args.jf_limit]
+            fig[mode] = await jump_forward_ab(engine, fixed, args.max_tokens)
+            fig[mode]["schema_ids"] = [r["id"] for r in fixed]
+            await engine.check_integrity()
+    return fig
+
+
+def print_jump_forward(j: dict[str, Any], title: str = "") -> None:
+    print_table(
+        [f"jump-forward {title}".strip(), "requests", "forward passes", "tokens", "valid/finished", "wall s"],
+        [
+            [
+                k,
+                j[k]["requests"],
+                j[k]["forward_passes"],
+                j[k]["output_tokens"],
+                f"{j[k]['valid']}/{j[k]['grammar_finished']}",
+                j[k]["wall_s"],
+            ]
+            for k in ("off", "on")
+        ],
+    )
+    print(
+        f"forward passes off/on: {j['forward_pass_ratio_off_over_on']:.2f}x, "
+        f"wall off/on: {j['wall_ratio_off_over_on']:.2f}x"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("schemas", nargs="?", type=Path, default=DEFAULT_SCHEMAS)
@@ -291,6 +333,7 @@ def main() -> None:
     # tokenizer (a GPU machine without the embedded model's package).
     ap.add_argument("--load-format", default="auto")
     ap.add_argument("--gpu-throughput", action="store_true")
+    ap.add_argument("--only", choices=["jump-forward"], default=None, help="run only this part (CPU)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
@@ -308,6 +351,16 @@ def main() -> None:
                 for k, v in fig["tokens_per_s"].items()
             ],
         )
+        print(f"wrote {out}")
+        return
+    if args.only == "jump-forward":
+        fig = asyncio.run(jump_forward_run(args, rows))
+        out = args.out or ROOT / "benchmarks" / "results" / "structured_jump_forward_cpu.json"
+        write_results(
+            out, [record("jump-forward", args.model, "float32", args.device, fig)], env, limit=args.limit
+        )
+        for mode in ("overlap", "lockstep"):
+            print_jump_forward(fig[mode], mode)
         print(f"wrote {out}")
         return
     fig = asyncio.run(cpu_run(args, rows))
@@ -346,24 +399,7 @@ def main() -> None:
             for m in ("greedy", "seeded")
         ],
     )
-    print_table(
-        ["jump-forward", "requests", "forward passes", "tokens", "valid/finished", "wall s"],
-        [
-            [
-                k,
-                j[k]["requests"],
-                j[k]["forward_passes"],
-                j[k]["output_tokens"],
-                f"{j[k]['valid']}/{j[k]['grammar_finished']}",
-                j[k]["wall_s"],
-            ]
-            for k in ("off", "on")
-        ],
-    )
-    print(
-        f"forward passes off/on: {j['forward_pass_ratio_off_over_on']:.2f}x, "
-        f"wall off/on: {j['wall_ratio_off_over_on']:.2f}x"
-    )
+    print_jump_forward(j)
     print(f"wrote {out}")
 
 
