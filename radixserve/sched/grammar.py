@@ -41,31 +41,50 @@ def accept(req: Request, tok: int) -> tuple[str | None, str | int | None, str | 
     return None, None, None
 
 
-def jump_forward(req: Request, tokenizer: Any) -> list[int]:
-    """Append the forced string's tokens (accepted by the matcher); [] when there is none."""
-    if tokenizer is None or not req.params.use_jump_forward:
-        return []
-    forced = req.grammar.forced_string()
-    if not forced:
+def wants_jump(req: Request, default: bool) -> bool:
+    """Jump-forward for this request: its own `jump_forward`, or the device's default when None."""
+    p = req.params
+    return p.use_jump_forward and (p.jump_forward is not None or default)
+
+
+def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None = None) -> list[int]:
+    """Append the forced string's tokens (accepted by the matcher); [] when there is none.
+
+    Where the grammar then allows only its stop token (a complete JSON object), that
+    token is forced too, so the request ends without a pass that could only sample it."""
+    if tokenizer is None or not wants_jump(req, default):
         return []
     # The in-flight token (if any) is replaced, so its place counts as free.
-    ids = list(tokenizer.encode(forced, add_special_tokens=False))[: req.remaining_tokens + req.pending]
+    room = req.remaining_tokens + req.pending if room is None else room
+    if room <= 0:
+        return []
+    forced = req.grammar.forced_string()
+    ids = list(tokenizer.encode(forced, add_special_tokens=False))[:room] if forced else []
     taken = 0
     for t in ids:
         if not req.grammar.accept_token(t):
             break
         taken += 1
-    if taken < (2 if req.pending else 1):
-        req.grammar.rollback(taken)
-        return []
     ids = ids[:taken]
+    if taken < room and _may_stop(req, taken):
+        stop = req.grammar.forced_stop()
+        if stop is not None and stop in req.eos_ids and req.grammar.accept_token(stop):
+            ids.append(stop)
+    if len(ids) < (2 if req.pending else 1):
+        req.grammar.rollback(len(ids))
+        return []
     if req.pending:  # the step in flight samples a token that the jump replaces
         req.pending -= 1
         req.discard += 1
         req.jump_discarded += 1
-    req.jumped = True
     req.jump_tokens += len(ids)
     return ids
+
+
+def _may_stop(req: Request, forced: int) -> bool:
+    # The sampler would mask the stop token (min_tokens) or not stop on it (ignore_eos).
+    p = req.params
+    return not p.ignore_eos and len(req.output_ids) + forced >= p.min_tokens
 
 
 def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[int]] | None:
