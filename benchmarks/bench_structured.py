@@ -21,7 +21,8 @@ CPU run (the embedded smollm2-135m-instruct, float32, overlap on):
   required) one request at a time, greedy, jump-forward off and on: forward
   passes (`stats()["forward_steps"]`), wall time, validity. With
   `--only jump-forward` only this part runs (the compile step picks the
-  schemas), once with overlap on and once in lockstep for reference.
+  schemas), with overlap on, with overlap as on CUDA (no hold, see
+  SchedulerConfig.hold_for_jumps) and in lockstep for reference.
 
 --gpu-throughput (CUDA): 64 JSON-schema requests at once against 64 free
 requests generating the same number of tokens each (ignore_eos, max_tokens =
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import sys
@@ -287,11 +289,16 @@ async def jump_forward_run(args: argparse.Namespace, rows: list[dict[str, Any]])
     from radixserve import AsyncEngine, EngineConfig
 
     fig: dict[str, Any] = {}
-    for mode, overlap in (("overlap", True), ("lockstep", False)):
+    # "overlap-no-hold": overlap as on CUDA, where the step in flight is not processed
+    # first, so a jump discards its token (SchedulerConfig.hold_for_jumps).
+    for mode, overlap in (("overlap", True), ("overlap-no-hold", True), ("lockstep", False)):
         cfg = EngineConfig(
             model=args.model, device=args.device, load_format=args.load_format, overlap=overlap
         )
         async with AsyncEngine(cfg) as engine:
+            if mode == "overlap-no-hold":
+                assert engine.scheduler is not None
+                engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, hold_for_jumps=False)
             ok, _ = await compile_all(engine, rows)
             fixed = [r for r in ok if fixed_keys(r["schema"])][: args.jf_limit]
             fig[mode] = await jump_forward_ab(engine, fixed, args.max_tokens)
@@ -359,7 +366,7 @@ def main() -> None:
         write_results(
             out, [record("jump-forward", args.model, "float32", args.device, fig)], env, limit=args.limit
         )
-        for mode in ("overlap", "lockstep"):
+        for mode in fig:
             print_jump_forward(fig[mode], mode)
         print(f"wrote {out}")
         return
