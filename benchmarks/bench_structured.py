@@ -26,8 +26,10 @@ CPU run (the embedded smollm2-135m-instruct, float32, overlap on):
 
 --gpu-throughput (CUDA): 64 JSON-schema requests at once against 64 free
 requests generating the same number of tokens each (ignore_eos, max_tokens =
-the JSON run's lengths), and the JSON run again with jump-forward on; output
-tokens per second, interleaved rounds, best of --repeats.
+the JSON run's lengths), and the JSON run again with `jump_forward` left to the
+device's default (on CUDA: the forced text before the first token and a forced
+stop token only) and with it on; output tokens per second, interleaved rounds,
+best of --repeats.
 
 Writes JSON under benchmarks/results/ and prints tables.
 """
@@ -235,7 +237,7 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
         warm = SamplingParams(max_tokens=8, temperature=0.0)
         await engine.generate_many(prompts[:4], warm)
 
-        def json_params(jf: bool) -> list[SamplingParams]:
+        def json_params(jf: bool | None) -> list[SamplingParams]:
             return [
                 SamplingParams(
                     json_schema=r["schema"], max_tokens=args.max_tokens, temperature=0.0, jump_forward=jf
@@ -245,12 +247,13 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
 
         lengths = [len(o.token_ids) for o in await engine.generate_many(prompts, json_params(False))]
         free = [SamplingParams(max_tokens=max(1, n), temperature=0.0, ignore_eos=True) for n in lengths]
-        runs: dict[str, list[float]] = {"free": [], "json": [], "json_jump_forward": []}
+        runs: dict[str, list[float]] = {"free": [], "json": [], "json_default": [], "json_jump_forward": []}
         toks: dict[str, int] = {}
         for _ in range(args.repeats):
             for name, params in (
                 ("free", free),
                 ("json", json_params(False)),
+                ("json_default", json_params(None)),  # the device's default (CUDA: start + stop only)
                 ("json_jump_forward", json_params(True)),
             ):
                 await engine.flush_cache()
@@ -266,6 +269,7 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
             "wall_s_runs": runs,
             "tokens_per_s": tps,
             "json_vs_free": tps["json"] / tps["free"],
+            "json_default_vs_free": tps["json_default"] / tps["free"],
             "json_jump_forward_vs_free": tps["json_jump_forward"] / tps["free"],
         }
 

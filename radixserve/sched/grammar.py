@@ -19,6 +19,16 @@ change. In overlap mode the request already has a token in flight, sampled
 from the mask before the jump: it is discarded (`req.discard`), so a jump of m
 tokens saves m - 1 forward passes there (m without overlap); jumps of one
 token are skipped when a token is in flight, since they would save nothing.
+On the CPU, where launch() runs a step before it returns and overlap hides
+nothing, the scheduler instead processes the step in flight before building
+one with a jump-forward request in it (`SchedulerConfig.hold_for_jumps`), so
+no token is discarded there.
+
+Two more forced pieces: the text forced before the first token (`{"name": "`)
+is appended when the request is added and prefilled with the prompt, and
+where the grammar then allows only its stop token (after the closing `}`),
+that token is appended too and the request ends without a pass to sample it
+(greedy or not, the sampler could pick nothing else).
 """
 
 from __future__ import annotations
@@ -51,14 +61,16 @@ def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None =
     """Append the forced string's tokens (accepted by the matcher); [] when there is none.
 
     Where the grammar then allows only its stop token (a complete JSON object), that
-    token is forced too, so the request ends without a pass that could only sample it."""
-    if tokenizer is None or not wants_jump(req, default):
+    token is forced too, so the request ends without a pass that could only sample it.
+    That part needs no extend step, so it is on wherever jump-forward is allowed; the
+    forced text follows `default` when the request leaves `jump_forward` at None."""
+    if tokenizer is None or not req.params.use_jump_forward:
         return []
     # The in-flight token (if any) is replaced, so its place counts as free.
     room = req.remaining_tokens + req.pending if room is None else room
     if room <= 0:
         return []
-    forced = req.grammar.forced_string()
+    forced = req.grammar.forced_string() if wants_jump(req, default) else ""
     ids = list(tokenizer.encode(forced, add_special_tokens=False))[:room] if forced else []
     taken = 0
     for t in ids:

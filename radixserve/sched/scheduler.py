@@ -59,8 +59,10 @@ class SchedulerConfig:
     decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
     lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
     defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
-    # Structured output's jump-forward (sched/grammar.py) where a request leaves it at None:
-    # on where a forward pass costs more than a mixed step's loss of the CUDA-graph path.
+    # Structured output's jump-forward of forced text after a sampled token (sched/grammar.py)
+    # where a request leaves it at None: on where a forward pass costs more than a mixed
+    # step's loss of the CUDA-graph path. The forced text before the first token and a
+    # forced stop token need no step of their own and are on regardless.
     jump_forward_default: bool = True
     # Overlap mode on a device whose launch() runs the step before returning (the CPU):
     # process the step in flight before building one with a jump-forward request in it.
@@ -104,11 +106,14 @@ class Scheduler:
     def _jump_at_start(self, req: Request) -> None:
         """What the grammar forces before the first token (`{"name": "`) goes in with the prompt."""
         room = req.remaining_tokens - 1  # the prefill samples at least one token
-        forced = grammar.jump_forward(req, self.tokenizer, self.cfg.jump_forward_default, room)
+        # Prefilled with the prompt, it needs no step of its own: on whatever the device.
+        forced = grammar.jump_forward(req, self.tokenizer, True, room)
         if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
             req.grammar.rollback(1)
             req.jump_tokens -= 1
             forced.pop()
+        if not forced:
+            return
         req.output_ids.extend(forced)
         req.unsent = forced  # the first output's delta_token_ids carry them
         self.jump_forward_tokens += len(forced)
