@@ -88,7 +88,7 @@ class EngineConfig:
         return getattr(torch, self.dtype)
 
     def scheduler_config(self) -> SchedulerConfig:
-        cuda = self.torch_device().type == "cuda"
+        device = self.torch_device().type
         return SchedulerConfig(
             max_running_requests=self.max_running_requests,
             chunked_prefill_size=self.prefill_chunk,
@@ -96,8 +96,8 @@ class EngineConfig:
             decode_reserve_ratio=self.decode_reserve_ratio,
             # BENCHMARKS.md (structured output): on the H200 a jump's mixed decode + extend
             # step leaves the CUDA-graph decode path and costs more than the passes it saves.
-            jump_forward_default=not cuda,
-            hold_for_jumps=not cuda,
+            jump_forward_default=device != "cuda",
+            hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
         )
 
 
