@@ -179,12 +179,14 @@ def test_jump_forward_is_valid_and_saves_forward_passes(engine: Engine) -> None:
 
 
 def test_jump_forward_equal_in_both_overlap_modes(tokenizer: Any) -> None:
-    """Greedy outputs with jump-forward on, batched, under a pool small enough to retract;
-    overlap also without the CPU's hold, as on CUDA, where a jump discards the token in flight."""
+    """Greedy outputs with jump-forward on, batched, under a pool small enough to retract.
+
+    Overlap runs without the CPU's hold, as on CUDA, where a jump discards the token in
+    flight (the hold, which makes overlap process each step first, is checked above)."""
     prompts = [ASK_PERSON, ASK_ITEM, chat("Another person, as JSON."), chat("One more item, as JSON.")]
     params = [greedy(json_schema=Person), greedy(json_schema=ITEM)] * 2
     got = []
-    for overlap, hold in ((True, True), (True, False), (False, True)):
+    for overlap, hold in ((True, False), (False, True)):
         eng = Engine(engine_config(overlap=overlap, kv_cache_tokens=110, decode_reserve_ratio=0.0))
         sched = eng.engine.scheduler
         assert sched is not None and sched.cfg.hold_for_jumps
@@ -196,11 +198,11 @@ def test_jump_forward_equal_in_both_overlap_modes(tokenizer: Any) -> None:
         finally:
             eng.close()
         assert stats["retractions"] > 0 and stats["jump_forward_tokens"] > 0
-        # Without the hold some jumps discard an in-flight token; with it (or lockstep) none do.
+        # Without the hold some jumps discard an in-flight token; in lockstep none do.
         discarded = stats["jump_forward_tokens"] - stats["forward_passes_saved"]
-        assert discarded > 0 if overlap and not hold else discarded == 0
+        assert discarded > 0 if overlap else discarded == 0
         for o, sp in zip(outs, params):
             if o.finish_reason == "stop":
                 jsonschema.validate(json.loads(o.text), json.loads(sp.json_schema))
         got.append([list(o.token_ids) for o in outs])
-    assert got[0] == got[1] == got[2]
+    assert got[0] == got[1]
