@@ -78,7 +78,9 @@ def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None =
             break
         taken += 1
     ids = ids[:taken]
-    if taken < room and _may_stop(req, taken):
+    # A stop alone with a token in flight would save nothing: skip its row fill (regex
+    # grammars are complete after many tokens).
+    if taken < room and (taken or not req.pending) and _may_stop(req, taken):
         stop = req.grammar.forced_stop()
         if stop is not None and stop in req.eos_ids and req.grammar.accept_token(stop):
             ids.append(stop)
