@@ -1,6 +1,7 @@
 """Structured output over JSONSchemaBench: compile rate, validity, mask cost, jump-forward.
 
     python benchmarks/bench_structured.py [SCHEMAS] [--limit N] [--out PATH]
+    python benchmarks/bench_structured.py --only jump-forward   # the jump-forward A/B alone
     python benchmarks/bench_structured.py --gpu-throughput      # on a CUDA machine
 
 SCHEMAS is a JSON-lines file of `{"id", "split", "schema"}` objects (default:
@@ -19,12 +20,17 @@ CPU run (the embedded smollm2-135m-instruct, float32, overlap on):
   counted apart. Mask-fill host time per constrained token from `stats()`.
 - jump-forward: fixed-key schemas (an object whose properties are all
   required) one request at a time, greedy, jump-forward off and on: forward
-  passes (`stats()["forward_steps"]`), wall time, validity.
+  passes (`stats()["forward_steps"]`), wall time, validity. With
+  `--only jump-forward` only this part runs (the compile step picks the
+  schemas), with overlap on, with overlap as on CUDA (no hold, see
+  SchedulerConfig.hold_for_jumps) and in lockstep for reference.
 
 --gpu-throughput (CUDA): 64 JSON-schema requests at once against 64 free
 requests generating the same number of tokens each (ignore_eos, max_tokens =
-the JSON run's lengths), and the JSON run again with jump-forward on; output
-tokens per second, interleaved rounds, best of --repeats.
+the JSON run's lengths), and the JSON run again with `jump_forward` left to the
+device's default (on CUDA: the forced text before the first token and a forced
+stop token only) and with it on; output tokens per second, interleaved rounds,
+best of --repeats.
 
 Writes JSON under benchmarks/results/ and prints tables.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import sys
@@ -242,7 +249,7 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
         warm = SamplingParams(max_tokens=8, temperature=0.0)
         await engine.generate_many(prompts[:4], warm)
 
-        def json_params(jf: bool) -> list[SamplingParams]:
+        def json_params(jf: bool | None) -> list[SamplingParams]:
             return [
                 SamplingParams(
                     json_schema=r["schema"], max_tokens=args.max_tokens, temperature=0.0, jump_forward=jf
@@ -252,12 +259,13 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
 
         lengths = [len(o.token_ids) for o in await engine.generate_many(prompts, json_params(False))]
         free = [SamplingParams(max_tokens=max(1, n), temperature=0.0, ignore_eos=True) for n in lengths]
-        runs: dict[str, list[float]] = {"free": [], "json": [], "json_jump_forward": []}
+        runs: dict[str, list[float]] = {"free": [], "json": [], "json_default": [], "json_jump_forward": []}
         toks: dict[str, int] = {}
         for _ in range(args.repeats):
             for name, params in (
                 ("free", free),
                 ("json", json_params(False)),
+                ("json_default", json_params(None)),  # the device's default (CUDA: start + stop only)
                 ("json_jump_forward", json_params(True)),
             ):
                 await engine.flush_cache()
@@ -273,6 +281,7 @@ async def gpu_throughput(args: argparse.Namespace, rows: list[dict[str, Any]]) -
             "wall_s_runs": runs,
             "tokens_per_s": tps,
             "json_vs_free": tps["json"] / tps["free"],
+            "json_default_vs_free": tps["json_default"] / tps["free"],
             "json_jump_forward_vs_free": tps["json_jump_forward"] / tps["free"],
         }
 
@@ -291,6 +300,50 @@ async def cpu_run(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[
     return {"compile": comp, "generate": gen, "jump_forward": jf}
 
 
+async def jump_forward_run(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The jump-forward A/B alone, with overlap on and (for reference) in lockstep."""
+    from radixserve import AsyncEngine, EngineConfig
+
+    fig: dict[str, Any] = {}
+    # "overlap-no-hold": overlap as on CUDA, where the step in flight is not processed
+    # first, so a jump discards its token (SchedulerConfig.hold_for_jumps).
+    for mode, overlap in (("overlap", True), ("overlap-no-hold", True), ("lockstep", False)):
+        cfg = EngineConfig(
+            model=args.model, device=args.device, load_format=args.load_format, overlap=overlap
+        )
+        async with AsyncEngine(cfg) as engine:
+            if mode == "overlap-no-hold":
+                assert engine.scheduler is not None
+                engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, hold_for_jumps=False)
+            ok, _ = await compile_all(engine, rows)
+            fixed = [r for r in ok if fixed_keys(r["schema"])][: args.jf_limit]
+            fig[mode] = await jump_forward_ab(engine, fixed, args.max_tokens)
+            fig[mode]["schema_ids"] = [r["id"] for r in fixed]
+            await engine.check_integrity()
+    return fig
+
+
+def print_jump_forward(j: dict[str, Any], title: str = "") -> None:
+    print_table(
+        [f"jump-forward {title}".strip(), "requests", "forward passes", "tokens", "valid/finished", "wall s"],
+        [
+            [
+                k,
+                j[k]["requests"],
+                j[k]["forward_passes"],
+                j[k]["output_tokens"],
+                f"{j[k]['valid']}/{j[k]['grammar_finished']}",
+                j[k]["wall_s"],
+            ]
+            for k in ("off", "on")
+        ],
+    )
+    print(
+        f"forward passes off/on: {j['forward_pass_ratio_off_over_on']:.2f}x, "
+        f"wall off/on: {j['wall_ratio_off_over_on']:.2f}x"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("schemas", nargs="?", type=Path, default=DEFAULT_SCHEMAS)
@@ -303,6 +356,7 @@ def main() -> None:
     # tokenizer (a GPU machine without the embedded model's package).
     ap.add_argument("--load-format", default="auto")
     ap.add_argument("--gpu-throughput", action="store_true")
+    ap.add_argument("--only", choices=["jump-forward"], default=None, help="run only this part (CPU)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
@@ -320,6 +374,16 @@ def main() -> None:
                 for k, v in fig["tokens_per_s"].items()
             ],
         )
+        print(f"wrote {out}")
+        return
+    if args.only == "jump-forward":
+        fig = asyncio.run(jump_forward_run(args, rows))
+        out = args.out or ROOT / "benchmarks" / "results" / "structured_jump_forward_cpu.json"
+        write_results(
+            out, [record("jump-forward", args.model, "float32", args.device, fig)], env, limit=args.limit
+        )
+        for mode in fig:
+            print_jump_forward(fig[mode], mode)
         print(f"wrote {out}")
         return
     fig = asyncio.run(cpu_run(args, rows))
@@ -355,24 +419,7 @@ def main() -> None:
         ],
     )
     print(f"both modes at once: {g['wall_s']:.1f} s wall, mask fill {g['mask_fill_us_per_token']:.1f} µs/row")
-    print_table(
-        ["jump-forward", "requests", "forward passes", "tokens", "valid/finished", "wall s"],
-        [
-            [
-                k,
-                j[k]["requests"],
-                j[k]["forward_passes"],
-                j[k]["output_tokens"],
-                f"{j[k]['valid']}/{j[k]['grammar_finished']}",
-                j[k]["wall_s"],
-            ]
-            for k in ("off", "on")
-        ],
-    )
-    print(
-        f"forward passes off/on: {j['forward_pass_ratio_off_over_on']:.2f}x, "
-        f"wall off/on: {j['wall_ratio_off_over_on']:.2f}x"
-    )
+    print_jump_forward(j)
     print(f"wrote {out}")
 
 

@@ -88,11 +88,16 @@ class EngineConfig:
         return getattr(torch, self.dtype)
 
     def scheduler_config(self) -> SchedulerConfig:
+        device = self.torch_device().type
         return SchedulerConfig(
             max_running_requests=self.max_running_requests,
             chunked_prefill_size=self.prefill_chunk,
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
+            # BENCHMARKS.md (structured output): on the H200 a jump's mixed decode + extend
+            # step leaves the CUDA-graph decode path and costs more than the passes it saves.
+            jump_forward_default=device != "cuda",
+            hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
         )
 
 

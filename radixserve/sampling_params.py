@@ -56,7 +56,8 @@ class SamplingParams:
     ebnf: str | None = None
     choice: Sequence[str] | None = None
     # Append the strings the grammar forces without a forward pass per token.
-    # None: on for constrained requests without logprobs or penalties.
+    # None: the device's default (on on the CPU, off on CUDA; SchedulerConfig.
+    # jump_forward_default) for constrained requests without logprobs or penalties.
     jump_forward: bool | None = None
 
     def __post_init__(self) -> None:
@@ -128,6 +129,7 @@ class SamplingParams:
 
     @property
     def use_jump_forward(self) -> bool:
+        """Jump-forward allowed: True, or None without logprobs and penalties (the device decides)."""
         if self.jump_forward is not None:
             return self.jump_forward and self.grammar is not None
         return self.grammar is not None and not self.logprobs and not self.uses_penalties

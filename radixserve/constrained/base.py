@@ -35,6 +35,10 @@ class Matcher(Protocol):
         """The text every continuation starts with from here ("" when the next byte is free)."""
         ...
 
+    def forced_stop(self) -> int | None:
+        """The stop token, when the grammar is complete and allows no other token now."""
+        ...
+
 
 class GrammarBackend(Protocol):
     vocab_size: int

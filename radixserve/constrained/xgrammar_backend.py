@@ -74,8 +74,9 @@ def clean_error(e: BaseException) -> str:
 
 
 class XGrammarMatcher:
-    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int) -> None:
         self._m = xgr.GrammarMatcher(compiled)
+        self._vocab_size = vocab_size
 
     def accept_token(self, token_id: int) -> bool:
         return bool(self._m.accept_token(token_id))
@@ -92,6 +93,21 @@ class XGrammarMatcher:
 
     def forced_string(self) -> str:
         return str(self._m.find_jump_forward_string())
+
+    def forced_stop(self) -> int | None:
+        if not self._m.is_completed():  # cheap test first: a row fill only at the grammar's end
+            return None
+        mask = xgr.allocate_token_bitmask(1, self._vocab_size)
+        self._m.fill_next_token_bitmask(mask, 0)
+        row = mask[0]
+        words = torch.nonzero(row).flatten()
+        if len(words) != 1:
+            return None
+        w = int(row[words[0]]) & 0xFFFFFFFF
+        if w & (w - 1):  # more than one token in the word
+            return None
+        tok = int(words[0]) * 32 + w.bit_length() - 1
+        return tok if tok in self._m.stop_token_ids else None
 
 
 class XGrammarBackend:
@@ -126,7 +142,7 @@ class XGrammarBackend:
         raise ValueError(f"unknown grammar kind {spec.kind!r}")
 
     def matcher(self, compiled: Any) -> XGrammarMatcher:
-        return XGrammarMatcher(compiled)
+        return XGrammarMatcher(compiled, self.vocab_size)
 
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         return xgr.allocate_token_bitmask(rows, self.vocab_size)

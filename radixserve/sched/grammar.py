@@ -19,6 +19,16 @@ change. In overlap mode the request already has a token in flight, sampled
 from the mask before the jump: it is discarded (`req.discard`), so a jump of m
 tokens saves m - 1 forward passes there (m without overlap); jumps of one
 token are skipped when a token is in flight, since they would save nothing.
+On the CPU, where launch() runs a step before it returns and overlap hides
+nothing, the scheduler instead processes the step in flight before building
+one with a jump-forward request in it (`SchedulerConfig.hold_for_jumps`), so
+no token is discarded there.
+
+Two more forced pieces: the text forced before the first token (`{"name": "`)
+is appended when the request is added and prefilled with the prompt, and
+where the grammar then allows only its stop token (after the closing `}`),
+that token is appended too and the request ends without a pass to sample it
+(greedy or not, the sampler could pick nothing else).
 """
 
 from __future__ import annotations
@@ -41,31 +51,54 @@ def accept(req: Request, tok: int) -> tuple[str | None, str | int | None, str | 
     return None, None, None
 
 
-def jump_forward(req: Request, tokenizer: Any) -> list[int]:
-    """Append the forced string's tokens (accepted by the matcher); [] when there is none."""
+def wants_jump(req: Request, default: bool) -> bool:
+    """Jump-forward for this request: its own `jump_forward`, or the device's default when None."""
+    p = req.params
+    return p.use_jump_forward and (p.jump_forward is not None or default)
+
+
+def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None = None) -> list[int]:
+    """Append the forced string's tokens (accepted by the matcher); [] when there is none.
+
+    Where the grammar then allows only its stop token (a complete JSON object), that
+    token is forced too, so the request ends without a pass that could only sample it.
+    That part needs no extend step, so it is on wherever jump-forward is allowed; the
+    forced text follows `default` when the request leaves `jump_forward` at None."""
     if tokenizer is None or not req.params.use_jump_forward:
         return []
-    forced = req.grammar.forced_string()
-    if not forced:
-        return []
     # The in-flight token (if any) is replaced, so its place counts as free.
-    ids = list(tokenizer.encode(forced, add_special_tokens=False))[: req.remaining_tokens + req.pending]
+    room = req.remaining_tokens + req.pending if room is None else room
+    if room <= 0:
+        return []
+    forced = req.grammar.forced_string() if wants_jump(req, default) else ""
+    ids = list(tokenizer.encode(forced, add_special_tokens=False))[:room] if forced else []
     taken = 0
     for t in ids:
         if not req.grammar.accept_token(t):
             break
         taken += 1
-    if taken < (2 if req.pending else 1):
-        req.grammar.rollback(taken)
-        return []
     ids = ids[:taken]
+    # A stop alone with a token in flight would save nothing: skip its row fill (regex
+    # grammars are complete after many tokens).
+    if taken < room and (taken or not req.pending) and _may_stop(req, taken):
+        stop = req.grammar.forced_stop()
+        if stop is not None and stop in req.eos_ids and req.grammar.accept_token(stop):
+            ids.append(stop)
+    if len(ids) < (2 if req.pending else 1):
+        req.grammar.rollback(len(ids))
+        return []
     if req.pending:  # the step in flight samples a token that the jump replaces
         req.pending -= 1
         req.discard += 1
         req.jump_discarded += 1
-    req.jumped = True
     req.jump_tokens += len(ids)
     return ids
+
+
+def _may_stop(req: Request, forced: int) -> bool:
+    # The sampler would mask the stop token (min_tokens) or not stop on it (ignore_eos).
+    p = req.params
+    return not p.ignore_eos and len(req.output_ids) + forced >= p.min_tokens
 
 
 def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[int]] | None:

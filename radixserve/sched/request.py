@@ -64,6 +64,7 @@ class Request:
     discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
     jump_tokens: int = 0  # output tokens appended by jump-forward
     jump_discarded: int = 0  # in-flight tokens dropped because of a jump
+    unsent: list[int] = field(default_factory=list)  # forced before the first token, not yet in an output
 
     @property
     def all_ids(self) -> list[int]:

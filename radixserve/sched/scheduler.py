@@ -59,6 +59,15 @@ class SchedulerConfig:
     decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
     lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
     defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
+    # Structured output's jump-forward of forced text after a sampled token (sched/grammar.py)
+    # where a request leaves it at None: on where a forward pass costs more than a mixed
+    # step's loss of the CUDA-graph path. The forced text before the first token and a
+    # forced stop token need no step of their own and are on regardless.
+    jump_forward_default: bool = True
+    # Overlap mode on a device whose launch() runs the step before returning (the CPU):
+    # process the step in flight before building one with a jump-forward request in it.
+    # Overlap hides nothing there, and a jump then discards no in-flight token.
+    hold_for_jumps: bool = False
 
 
 class Scheduler:
@@ -90,7 +99,26 @@ class Scheduler:
     def add(self, req: Request) -> None:
         p = req.params
         req.detok = Detokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens)
+        if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
+            self._jump_at_start(req)
         self.waiting.append(req)
+
+    def _jump_at_start(self, req: Request) -> None:
+        """What the grammar forces before the first token (`{"name": "`) goes in with the prompt."""
+        room = req.remaining_tokens - 1  # the prefill samples at least one token
+        # Prefilled with the prompt, it needs no step of its own: on whatever the device.
+        forced = grammar.jump_forward(req, self.tokenizer, True, room)
+        if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
+            req.grammar.rollback(1)
+            req.jump_tokens -= 1
+            forced.pop()
+        if not forced:
+            return
+        req.output_ids.extend(forced)
+        req.unsent = forced  # the first output's delta_token_ids carry them
+        self.jump_forward_tokens += len(forced)
+        if req.detok is not None:
+            req.detok.add(forced)
 
     def abort(self, rid: str, why: str) -> None:
         """End every completion of request `rid`; their outputs come with the next `process`."""
@@ -120,6 +148,7 @@ class Scheduler:
         if self._chunking:  # a long prompt is half-way: let the decoders have this step
             self._chunking = False
             batch = self._schedule_decode(inflight) or self._schedule_prefill()
+            self._chunking = batch is NEED_SYNC  # the decoders' turn comes after the sync
         else:
             batch = self._schedule_prefill() or self._schedule_decode(inflight)
         if isinstance(batch, Batch) and batch.is_prefill:
@@ -232,6 +261,8 @@ class Scheduler:
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
         if not reqs and not jumps:
             return None
+        if inflight and self.cfg.hold_for_jumps and any(self._may_jump(r) for r in reqs):
+            return NEED_SYNC
         while len(reqs) + sum(r.num_known - r.kv_len for r in jumps) > self.kv.available():
             if inflight:
                 return NEED_SYNC
@@ -247,6 +278,13 @@ class Scheduler:
         slots = self.kv.alloc(len(reqs))
         assert slots is not None
         return self._build_decode(reqs, slots.numpy())
+
+    def _may_jump(self, req: Request) -> bool:
+        return (
+            req.pending > 0
+            and req.grammar is not None
+            and grammar.wants_jump(req, self.cfg.jump_forward_default)
+        )
 
     def _build_decode(self, reqs: list[Request], slots: np.ndarray) -> Batch:
         """One token per request: the hot case, built without per-token work."""
@@ -424,6 +462,8 @@ class Scheduler:
         new = [tok]
         if reason is None and req.grammar is not None:
             reason, stop_reason, new = self._grammar_step(req, tok)
+        if req.unsent:  # forced before the first token (_jump_at_start)
+            new, req.unsent = req.unsent + new, []
         if reason == "abort":
             return None  # its output is in self._aborted
         if reason is not None:
@@ -442,8 +482,12 @@ class Scheduler:
             self._finish(req, "abort", error=error)
         if reason is not None:
             return reason, stop_reason, [tok]
-        forced = grammar.jump_forward(req, self.tokenizer)
+        discarded = req.jump_discarded
+        forced = grammar.jump_forward(req, self.tokenizer, self.cfg.jump_forward_default)
+        self.jump_discarded += req.jump_discarded - discarded
         new = [tok]
+        if forced:
+            req.jumped = True
         for f in forced:
             req.output_ids.append(f)
             new.append(f)
@@ -453,8 +497,6 @@ class Scheduler:
             reason, stop_reason = stop_rule(req, f)
             if reason is not None:
                 return reason, stop_reason, new
-        if forced and req.discard:
-            self.jump_discarded += 1
         return None, None, new
 
     def check_integrity(self) -> None:

@@ -49,11 +49,17 @@ def test_special_tokens_padding_and_eos_in_masks(backend: XGrammarBackend, token
     assert not any(ok[i] for i in specials)  # inside a JSON string: never a special token
     assert not ok[len(tokenizer.get_vocab()) :].any()  # padded rows never
     assert ok.sum() > 1000  # but string content is free
+    assert m.forced_stop() is None
     for t in tokenizer.encode('x"}', add_special_tokens=False):
         assert m.accept_token(t)
     ok = allowed(backend, m)
     assert ok[eos] and ok.sum() == 1  # complete: only EOS
+    assert m.forced_stop() == eos  # what jump-forward appends to end the request
     assert m.accept_token(eos) and m.is_terminated()
+    digits = backend.matcher(backend.compile(GrammarSpec("regex", "[0-9]+")))
+    for t in tokenizer.encode("12", add_special_tokens=False):
+        assert digits.accept_token(t)
+    assert allowed(backend, digits)[eos] and digits.forced_stop() is None  # complete, but may go on
 
 
 def test_forced_string_and_rollback(backend: XGrammarBackend, tokenizer: Any) -> None:
