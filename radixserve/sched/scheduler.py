@@ -22,7 +22,7 @@ Each step is either a prefill step or a decode step ("prefill first"):
 outputs and releases finished requests (their KV into the tree, unlocked).
 In overlap mode the next step is scheduled before the last one is processed:
 a request then has `pending` tokens in flight, which the runner feeds forward
-on the device.
+on the device. The picked requests become a `Batch` in `sched/batch_build.py`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.runtime.runner import StepResult
-from radixserve.runtime.sampler import SamplingInputs
-from radixserve.sched import grammar
+from radixserve.sched import batch_build, grammar
 from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
@@ -167,7 +166,14 @@ class Scheduler:
             self.running.append(req)
         if not picked:
             return None
-        return self._build_prefill(picked)
+        batch = batch_build.extend(self.kv, picked)
+        if self.cache is not None:
+            # Prompt KV goes into the tree as soon as it is scheduled (stream order
+            # makes later readers see it computed), so requests sharing the prefix
+            # hit it while this one is still decoding.
+            for req, _ in picked:
+                self.kv.cache_prefix(req)
+        return batch
 
     def _ordered_waiting(self) -> list[tuple[Request, Any]]:
         if self.cache is None:
@@ -246,31 +252,7 @@ class Scheduler:
             return self._build_mixed(reqs, jumps)
         slots = self.kv.alloc(len(reqs))
         assert slots is not None
-        return self._build_decode(reqs, slots.numpy())
-
-    def _build_decode(self, reqs: list[Request], slots: np.ndarray) -> Batch:
-        """One token per request: the hot case, built without per-token work."""
-        kv = [r.kv_len for r in reqs]
-        # One slot per request, written into the host table in one scatter.
-        self.kv.slots[[r.row for r in reqs], kv] = slots
-        # The input is the last known token, or -1 when it is still being sampled.
-        input_ids = [
-            (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
-            for r, k in zip(reqs, kv)
-        ]
-        batch = Batch(
-            reqs=reqs,
-            extend_lens=[1] * len(reqs),
-            prefix_lens=kv,
-            input_ids=input_ids,
-            out_slots=slots.astype(np.int64),
-            kv_indices=np.concatenate([self.kv.slots[r.row, : k + 1] for r, k in zip(reqs, kv)]),
-            sample=[True] * len(reqs),
-            sampling=self._sampling_inputs(reqs),
-            is_prefill=False,
-        )
-        self._advance([(r, 1) for r in reqs], batch.sample)
-        return batch
+        return batch_build.decode(self.kv, reqs, slots.numpy())
 
     def _build_mixed(self, reqs: list[Request], jumps: list[Request]) -> Batch:
         """Decode rows plus the forced tokens of jump-forward requests, in one extend step."""
@@ -280,73 +262,7 @@ class Scheduler:
             assert grown
         for r in jumps:
             r.jumped = False
-        return self._build_prefill(picked, cache_prefix=False)
-
-    def _sampling_inputs(self, reqs: list[Request]) -> SamplingInputs:
-        return SamplingInputs.from_requests(
-            rows=[r.row for r in reqs],
-            params=[r.params for r in reqs],
-            num_outputs=[len(r.output_ids) + r.pending for r in reqs],
-            eos_ids=[r.eos_ids for r in reqs],
-            penalty_init=[(r.row, r.all_ids) for r in reqs if r.penalty_init],
-        )
-
-    def _advance(self, picked: list[tuple[Request, int]], sample: list[bool]) -> None:
-        """The batch is built: its tokens now count as computed (or in flight)."""
-        for (req, n), s in zip(picked, sample):
-            req.kv_len += n
-            req.pending += int(s)
-            if s:
-                req.penalty_init = False
-
-    def _build_prefill(self, picked: list[tuple[Request, int]], cache_prefix: bool = True) -> Batch:
-        input_ids: list[int] = []
-        lp_rows: list[list[int]] = []
-        lp_targets: list[int] = []
-        sample: list[bool] = []
-        prefix_lens, extend_lens, ctx, out = [], [], [], []
-        for req, n in picked:
-            start = req.kv_len
-            if start + n <= req.num_known:
-                input_ids.extend(req.known_ids(start, start + n))
-            else:  # decode of a token still in flight
-                input_ids.append(-1)
-            rows: list[int] = []
-            if req.params.prompt_logprobs:
-                first = max(req.params.prompt_logprobs_start, 1)
-                for p in range(max(first, start + 1), min(start + n, len(req.prompt_ids) - 1) + 1):
-                    rows.append(len(input_ids) - n + (p - 1 - start))
-                    lp_targets.append(req.prompt_ids[p])
-            lp_rows.append(rows)
-            prefix_lens.append(start)
-            extend_lens.append(n)
-            row_slots = self.kv.slots[req.row]
-            ctx.append(row_slots[: start + n])
-            out.append(row_slots[start : start + n])
-            sample.append(
-                start + n >= req.num_tokens and req.params.max_tokens > 0 and req.remaining_tokens > 0
-            )
-        batch = Batch(
-            reqs=[r for r, _ in picked],
-            extend_lens=extend_lens,
-            prefix_lens=prefix_lens,
-            input_ids=input_ids,
-            out_slots=np.concatenate(out).astype(np.int64),
-            kv_indices=np.concatenate(ctx),
-            sample=sample,
-            sampling=self._sampling_inputs([r for (r, _), s in zip(picked, sample) if s]),
-            prompt_lp_rows=lp_rows,
-            prompt_lp_targets=lp_targets,
-            is_prefill=True,
-        )
-        self._advance(picked, sample)
-        if self.cache is not None and cache_prefix:
-            # Prompt KV goes into the tree as soon as it is scheduled (stream order
-            # makes later readers see it computed), so requests sharing the prefix
-            # hit it while this one is still decoding.
-            for req, _ in picked:
-                self.kv.cache_prefix(req)
-        return batch
+        return batch_build.extend(self.kv, picked)
 
     def _retract(self, req: Request) -> None:
         self.kv.release(req)
