@@ -27,6 +27,10 @@ class EngineConfig:
     # Prefill tokens per step; long prompts go in chunks of this. None: per device (CPU_CHUNK on
     # the CPU, where a forward of 8192 tokens takes minutes and stalls everyone; GPU_CHUNK on a GPU).
     chunked_prefill_size: int | None = None
+    # A step carries every running request's decode token and, in the rest of the chunk budget,
+    # prefill chunks ("mixed"), so arrivals do not pause the others. False: prefill first (a step
+    # is prefill or decode; chunks and decode steps alternate).
+    mixed_steps: bool = True
     max_running_requests: int = 256
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
@@ -93,6 +97,7 @@ class EngineConfig:
             chunked_prefill_size=self.prefill_chunk,
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
+            mixed_steps=self.mixed_steps,
         )
 
 

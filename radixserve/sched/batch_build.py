@@ -22,8 +22,7 @@ from radixserve.sched.request_kv import RequestKV
 def decode(kv: RequestKV, reqs: list[Request], slots: np.ndarray) -> Batch:
     """One token per request; `slots` (one each, freshly allocated) are written into the table."""
     kv_lens = [r.kv_len for r in reqs]
-    # One slot per request, written into the host table in one scatter.
-    kv.slots[[r.row for r in reqs], kv_lens] = slots
+    kv.put_decode_slots(reqs, slots)
     # The input is the last known token, or -1 when it is still being sampled.
     input_ids = [
         (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1

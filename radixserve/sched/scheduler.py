@@ -58,6 +58,7 @@ class SchedulerConfig:
     decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
     lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
     defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
+    mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
 
 
 class Scheduler:
@@ -116,7 +117,9 @@ class Scheduler:
     def schedule(self, inflight: bool = False) -> Batch | object | None:
         """The next step's batch, None when idle, or NEED_SYNC (see module doc)."""
         aborted = len(self._aborted)
-        if self._chunking:  # a long prompt is half-way: let the decoders have this step
+        if self.cfg.mixed_steps:
+            batch = self._schedule_mixed(inflight)
+        elif self._chunking:  # prefill first, a long prompt half-way: the decoders have this step
             self._chunking = False
             batch = self._schedule_decode(inflight) or self._schedule_prefill()
         else:
@@ -134,9 +137,34 @@ class Scheduler:
             )
         return batch
 
+    def _schedule_mixed(self, inflight: bool) -> Batch | object | None:
+        """Decode first: every decoding request gets its token, prefill takes the rest of the budget."""
+        rows = self._decode_rows(inflight)
+        if rows is None:
+            return NEED_SYNC
+        reqs, jumps, retracted = rows
+        slots, forced = self._grow_decode(reqs, jumps)  # before any admission can take their slots
+        budget = self.cfg.chunked_prefill_size - len(reqs) - sum(n for _, n in forced)
+        picked = [] if retracted else self._pick_prefill(budget)  # the pool ran dry: admit nobody
+        return self._batch(reqs, slots, forced, picked)
+
     def _schedule_prefill(self) -> Batch | None:
-        budget = self.cfg.chunked_prefill_size
+        picked = self._pick_prefill(self.cfg.chunked_prefill_size)
+        return self._batch([], None, [], picked) if picked else None
+
+    def _schedule_decode(self, inflight: bool) -> Batch | object | None:
+        rows = self._decode_rows(inflight)
+        if rows is None:
+            return NEED_SYNC
+        reqs, jumps, _ = rows
+        slots, forced = self._grow_decode(reqs, jumps)
+        return self._batch(reqs, slots, forced, [])
+
+    def _pick_prefill(self, budget: int) -> list[tuple[Request, int]]:
+        """Up to `budget` prompt tokens: the chunked prompt in progress, then admissions."""
         picked: list[tuple[Request, int]] = []
+        if budget <= 0:
+            return picked
         chunking = [r for r in self.running if not r.prefill_done and not r.jumped]
         for req in chunking:  # at most one, by construction
             n = min(req.num_known - req.kv_len, budget)
@@ -164,16 +192,7 @@ class Scheduler:
         for req in new_reqs:
             self.waiting.remove(req)
             self.running.append(req)
-        if not picked:
-            return None
-        batch = batch_build.extend(self.kv, picked)
-        if self.cache is not None:
-            # Prompt KV goes into the tree as soon as it is scheduled (stream order
-            # makes later readers see it computed), so requests sharing the prefix
-            # hit it while this one is still decoding.
-            for req, _ in picked:
-                self.kv.cache_prefix(req)
-        return batch
+        return picked
 
     def _ordered_waiting(self) -> list[tuple[Request, Any]]:
         if self.cache is None:
@@ -229,40 +248,65 @@ class Scheduler:
             self.cached_tokens_admitted += req.cached_tokens
         return True
 
-    def _schedule_decode(self, inflight: bool) -> Batch | object | None:
+    def _decode_rows(self, inflight: bool) -> tuple[list[Request], list[Request], bool] | None:
+        """(decoding requests, jump-forward requests with forced tokens, whether any was
+        retracted or aborted to make room); None: wait for the step in flight instead."""
         reqs = [
             r
             for r in self.running
             if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
         ]
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
-        if not reqs and not jumps:
-            return None
+        retracted = False
         while len(reqs) + sum(r.num_known - r.kv_len for r in jumps) > self.kv.available():
             if inflight:
-                return NEED_SYNC
+                return None
+            retracted = True
             if len(reqs) + len(jumps) == 1:
                 req = (reqs or jumps)[0]
                 self._finish(req, "abort", error="the KV cache is too small for this request's context")
-                return None
+                return [], [], True
             victim = min(reqs + jumps, key=lambda r: (r.num_tokens, -r.arrival))
             (reqs if victim in reqs else jumps).remove(victim)
             self._retract(victim)
-        if jumps:
-            return self._build_mixed(reqs, jumps)
-        slots = self.kv.alloc(len(reqs))
-        assert slots is not None
-        return batch_build.decode(self.kv, reqs, slots.numpy())
+        return reqs, jumps, retracted
 
-    def _build_mixed(self, reqs: list[Request], jumps: list[Request]) -> Batch:
-        """Decode rows plus the forced tokens of jump-forward requests, in one extend step."""
-        picked = [(r, 1) for r in reqs] + [(r, r.num_known - r.kv_len) for r in jumps]
-        for r, n in picked:
+    def _grow_decode(
+        self, reqs: list[Request], jumps: list[Request]
+    ) -> tuple[np.ndarray | None, list[tuple[Request, int]]]:
+        """Slots for one token per decoding request (one allocation) and for the forced tokens."""
+        slots = None
+        if reqs:
+            got = self.kv.alloc(len(reqs))
+            assert got is not None  # _decode_rows made room
+            slots = got.numpy()
+        forced = [(r, r.num_known - r.kv_len) for r in jumps]
+        for r, n in forced:
             grown = self.kv.grow(r, n)
             assert grown
-        for r in jumps:
             r.jumped = False
-        return batch_build.extend(self.kv, picked)
+        return slots, forced
+
+    def _batch(
+        self,
+        reqs: list[Request],
+        slots: np.ndarray | None,
+        forced: list[tuple[Request, int]],
+        picked: list[tuple[Request, int]],
+    ) -> Batch | None:
+        """Decode rows first, then forced tokens, then prefill chunks; None when all are empty."""
+        if not forced and not picked:
+            return batch_build.decode(self.kv, reqs, slots) if slots is not None else None
+        if slots is not None:
+            self.kv.put_decode_slots(reqs, slots)
+        batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)
+        if self.cache is not None:
+            # Prompt KV goes into the tree as soon as it is scheduled (stream order
+            # makes later readers see it computed), so requests sharing the prefix
+            # hit it while this one is still decoding.
+            for req, _ in picked:
+                self.kv.cache_prefix(req)
+        return batch
 
     def _retract(self, req: Request) -> None:
         self.kv.release(req)
