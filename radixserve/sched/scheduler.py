@@ -1,22 +1,27 @@
 """The scheduling policy: who runs in the next step, and what happens after.
 
-Each step is either a prefill step or a decode step ("prefill first"):
+A step has a budget of `chunked_prefill_size` tokens. With `mixed_steps` (the
+default) it is filled decode first:
 
-- Prefill: the request whose prompt is half-way through chunked prefill goes
-  on first, then waiting requests, longest cached prefix first (FCFS once the
-  queue is long, since ordering costs a tree match per request). A request is
-  admitted only if its new tokens plus a reserve for the decoding of every
-  running request fit in free + evictable KV. A request that shares an
-  uncached prefix with one already picked this step waits a step, so it hits
-  the cache instead of computing the same KV twice. Each chunk's KV goes into
-  the radix tree as soon as the chunk is scheduled.
-- Chunks and decodes alternate: after a chunk of a prompt with chunks left,
-  the next step decodes the running requests (if any), so a long prompt
-  delays the others by one chunk at a time, not by its whole prefill.
-- Decode: every running request whose prompt is done gets one token. When
-  the pool runs dry, the requests cheapest to redo (fewest tokens) are
-  retracted: their KV goes into the tree (unlocked), they rejoin the queue
-  with their output kept, and continue later with the same tokens.
+- Decode: every running request whose prompt is done gets one token (and a
+  jump-forward request its forced tokens). When the pool runs dry, the
+  requests cheapest to redo (fewest tokens) are retracted: their KV goes into
+  the tree (unlocked), they rejoin the queue with their output kept, and
+  continue later with the same tokens. A step that retracted admits nobody.
+- Prefill, in the rest of the budget: the request whose prompt is half-way
+  through chunked prefill goes on first, then waiting requests, longest
+  cached prefix first (FCFS once the queue is long, since ordering costs a
+  tree match per request). A request is admitted only if its new tokens plus
+  a reserve for the decoding of every running request fit in free +
+  evictable KV. A request that shares an uncached prefix with one already
+  picked this step waits a step, so it hits the cache instead of computing
+  the same KV twice. Each chunk's KV goes into the radix tree as soon as the
+  chunk is scheduled; a request samples only in the step of its last chunk.
+
+So an arrival never pauses the running requests. With `mixed_steps=False`
+("prefill first") a step is prefill or decode: prefill whenever a prompt can
+be admitted, and after a chunk of a prompt with chunks left the next step
+decodes, so a long prompt delays the others by one chunk at a time.
 
 `process()` takes the step's sampled tokens, applies stop rules, builds the
 outputs and releases finished requests (their KV into the tree, unlocked).
