@@ -86,7 +86,7 @@ class Scheduler:
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
         self.retractions = 0
-        self._chunking = False  # the last step was a chunk of a prompt with chunks left
+        self._chunking = False  # prefill first: the last step was a chunk with chunks left
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
 
@@ -124,13 +124,8 @@ class Scheduler:
         aborted = len(self._aborted)
         if self.cfg.mixed_steps:
             batch = self._schedule_mixed(inflight)
-        elif self._chunking:  # prefill first, a long prompt half-way: the decoders have this step
-            self._chunking = False
-            batch = self._schedule_decode(inflight) or self._schedule_prefill()
         else:
-            batch = self._schedule_prefill() or self._schedule_decode(inflight)
-        if isinstance(batch, Batch) and batch.is_prefill:
-            self._chunking = any(not r.prefill_done for r in batch.reqs)
+            batch = self._schedule_prefill_first(inflight)
         # An abort in this call freed memory: the others get a chance at it first.
         if batch is None and not inflight and self.has_work and len(self._aborted) == aborted:
             # Nothing can run and nothing in flight will free memory: without this the
@@ -152,6 +147,17 @@ class Scheduler:
         budget = self.cfg.chunked_prefill_size - len(reqs) - sum(n for _, n in forced)
         picked = [] if retracted else self._pick_prefill(budget)  # the pool ran dry: admit nobody
         return self._batch(reqs, slots, forced, picked)
+
+    def _schedule_prefill_first(self, inflight: bool) -> Batch | object | None:
+        """A prefill step when a prompt can go on, else a decode step."""
+        if self._chunking:  # a long prompt is half-way: the decoders have this step
+            self._chunking = False
+            batch = self._schedule_decode(inflight) or self._schedule_prefill()
+        else:
+            batch = self._schedule_prefill() or self._schedule_decode(inflight)
+        if isinstance(batch, Batch) and batch.is_prefill:
+            self._chunking = any(not r.prefill_done for r in batch.reqs)
+        return batch
 
     def _schedule_prefill(self) -> Batch | None:
         picked = self._pick_prefill(self.cfg.chunked_prefill_size)
