@@ -58,7 +58,8 @@ def extend(kv: RequestKV, picked: list[tuple[Request, int]]) -> Batch:
             input_ids.append(-1)
         rows: list[int] = []
         if req.params.prompt_logprobs:
-            first = max(req.params.prompt_logprobs_start, 1)
+            # Positions scored before a retraction are not scored again on readmission.
+            first = max(req.params.prompt_logprobs_start, 1) + len(req.prompt_logprobs)
             for p in range(max(first, start + 1), min(start + n, len(req.prompt_ids) - 1) + 1):
                 rows.append(len(input_ids) - n + (p - 1 - start))
                 lp_targets.append(req.prompt_ids[p])

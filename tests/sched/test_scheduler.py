@@ -56,7 +56,8 @@ class FakeModel:
                 pending[req.row] = tok
             off += e
             kv_off += p + e
-        return StepResult(next_ids=next_ids)
+        lps = [(-1.0, [])] * len(batch.prompt_lp_targets) if batch.prompt_lp_targets else None
+        return StepResult(next_ids=next_ids, prompt_lps=lps)
 
 
 def expected(prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> list[int]:
@@ -76,8 +77,10 @@ def make(slots: int, **cfg: object) -> tuple[Scheduler, SlotAllocator]:
     return sched, alloc
 
 
-def req(rid: str, prompt: list[int], max_tokens: int, arrival: int = 0, ignore_eos: bool = True) -> Request:
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+def req(
+    rid: str, prompt: list[int], max_tokens: int, arrival: int = 0, ignore_eos: bool = True, lp: bool = False
+) -> Request:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos, prompt_logprobs=lp)
     return Request(rid, 0, list(prompt), params, frozenset({EOS}), 512, arrival=arrival)
 
 
@@ -204,11 +207,13 @@ def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool, mixed: bool)
     prompts = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(5, 20))] for _ in range(10)]
     sched, alloc = make(80, decode_reserve_ratio=0.0, mixed_steps=mixed)
     # Half arrive while the first half decodes, so mixed steps admit into a dry pool.
-    reqs = [req(str(i), p, 15, arrival=i) for i, p in enumerate(prompts)]
+    reqs = [req(str(i), p, 15, arrival=i, lp=i % 2 == 1) for i, p in enumerate(prompts)]
     outs = drive(sched, overlap, {0: reqs[:5], 3: reqs[5:]})
     assert sched.retractions > 0
     for i, r in enumerate(reqs):
         assert outs[r.rid] == expected(prompts[i], 15)
+        # Each prompt token scored once, even by a request retracted and prefilled again.
+        assert [t.token_id for t in r.prompt_logprobs] == (prompts[i][1:] if i % 2 else [])
     sched.cache.reset()
     assert alloc.num_free == 80
 
