@@ -295,7 +295,6 @@ class Scheduler:
         for r, n in forced:
             grown = self.kv.grow(r, n)
             assert grown
-            r.jumped = False
         return slots, forced
 
     def _batch(
@@ -311,6 +310,8 @@ class Scheduler:
         if slots is not None:
             self.kv.put_decode_slots(reqs, slots)
         batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)
+        for r, _ in forced:  # only now: until built, a jumped request is no chunked prefill to pick
+            r.jumped = False
         if self.cache is not None:
             # Prompt KV goes into the tree as soon as it is scheduled (stream order
             # makes later readers see it computed), so requests sharing the prefix
