@@ -3,8 +3,10 @@
 A stream of short decodes runs while one long prompt is prefilled in chunks of
 `chunked_prefill_size` tokens. Per chunk size: the long prompt's prefill time
 (throughput) and the longest gap between two tokens of the short stream (how
-long everyone else waits). EngineConfig's per-device default (config.CPU_CHUNK)
-was chosen from this table.
+long everyone else waits), under both scheduling policies: mixed steps (the
+stream decodes beside every chunk) and prefill first (chunks and decode steps
+alternate). EngineConfig's per-device default (config.CPU_CHUNK) was chosen
+from this table.
 
     python benchmarks/bench_prefill_chunk.py            # writes benchmarks/results/prefill_chunk_cpu.json
     python benchmarks/bench_prefill_chunk.py --quick    # smaller, for a smoke run
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,8 +32,14 @@ from radixserve import AsyncEngine, EngineConfig, SamplingParams  # noqa: E402
 MODEL = "smollm2-135m-instruct"
 
 
-async def one(chunk: int, prompt_len: int, device: str) -> dict[str, Any]:
-    cfg = EngineConfig(model=MODEL, device=device, chunked_prefill_size=chunk, context_length=prompt_len + 64)
+async def one(chunk: int, mixed: bool, prompt_len: int, device: str) -> dict[str, Any]:
+    cfg = EngineConfig(
+        model=MODEL,
+        device=device,
+        chunked_prefill_size=chunk,
+        mixed_steps=mixed,
+        context_length=prompt_len + 64,
+    )
     async with AsyncEngine(cfg) as eng:
         vocab = eng.loaded.config.vocab_size  # type: ignore[union-attr]
         rng = random.Random(0)
@@ -56,12 +65,15 @@ async def one(chunk: int, prompt_len: int, device: str) -> dict[str, Any]:
         prefill_s = time.perf_counter() - t0
         done.set()
         await task
+    gaps = gaps[1:]  # the first is the stream's time to first token
     return {
         "chunk": chunk,
+        "policy": "mixed" if mixed else "prefill_first",
         "prompt_tokens": prompt_len,
         "prefill_s": prefill_s,
         "prefill_tok_per_s": prompt_len / prefill_s,
         "max_stall_s": max(gaps),
+        "median_gap_s": statistics.median(gaps),
     }
 
 
@@ -74,13 +86,19 @@ def main() -> None:
     env = environment()
     prompt_len = 512 if args.quick else 2048
     chunks = [128, 512] if args.quick else [256, 512, 1024, 2048]
-    rows = [asyncio.run(one(c, prompt_len, args.device)) for c in chunks]
+    rows = [asyncio.run(one(c, m, prompt_len, args.device)) for c in chunks for m in (True, False)]
+    keys = (
+        "chunk",
+        "policy",
+        "prompt_tokens",
+        "prefill_s",
+        "prefill_tok_per_s",
+        "max_stall_s",
+        "median_gap_s",
+    )
     print_table(
-        ["chunk", "prompt tokens", "prefill s", "prefill tok/s", "max stall s"],
-        [
-            [r[k] for k in ("chunk", "prompt_tokens", "prefill_s", "prefill_tok_per_s", "max_stall_s")]
-            for r in rows
-        ],
+        ["chunk", "policy", "prompt tokens", "prefill s", "prefill tok/s", "max stall s", "median gap s"],
+        [[r[k] for k in keys] for r in rows],
     )
     results = [record("prefill_chunk", MODEL, "float32", args.device, r) for r in rows]
     write_results(args.out, results, env)

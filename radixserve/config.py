@@ -27,6 +27,10 @@ class EngineConfig:
     # Prefill tokens per step; long prompts go in chunks of this. None: per device (CPU_CHUNK on
     # the CPU, where a forward of 8192 tokens takes minutes and stalls everyone; GPU_CHUNK on a GPU).
     chunked_prefill_size: int | None = None
+    # A step carries every running request's decode token and, in the rest of the chunk budget,
+    # prefill chunks ("mixed"), so arrivals do not pause the others. False: prefill first (a step
+    # is prefill or decode; chunks and decode steps alternate).
+    mixed_steps: bool = True
     max_running_requests: int = 256
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
@@ -98,6 +102,7 @@ class EngineConfig:
             # step leaves the CUDA-graph decode path and costs more than the passes it saves.
             jump_forward_default=device != "cuda",
             hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
+            mixed_steps=self.mixed_steps,
         )
 
 

@@ -228,21 +228,33 @@ def poisson_delays(n: int, rate: float, seed: int = 4) -> list[float]:
     return out
 
 
+POLICIES = {"mixed": True, "prefill_first": False}  # EngineConfig.mixed_steps, the default first
+
+
 def w4(ctx: Ctx, spec: str) -> None:
-    """Near saturation (90% of the W1 request rate), then at each of `Sizes.w4_rates` (req/s)."""
+    """Near saturation (90% of the W1 request rate), then at each of `Sizes.w4_rates` (req/s), under
+    each scheduling policy (mixed steps against prefill first), with W1 throughput under each."""
     t, s, rec = ctx.target, ctx.sizes, ctx.rec
     name = t.name(spec)
     reqs = w1_requests(s.w4_n, s.w1_lo, s.w1_hi, t.vocab(spec))
+    w1_reqs = w1_requests(s.w1_n, s.w1_lo, s.w1_hi, t.vocab(spec))
+    rates: list[tuple[float, str]] = []
     runs = []
-    with running_engine(t.config(spec)) as (engine, loop):
-        run_offline(engine, loop, reqs[:8])
-        rate, why = saturation_rate(ctx, spec, engine, loop)
-        for r, src in [(rate, why), *((x, "fixed") for x in s.w4_rates)]:
+    for policy, mixed in POLICIES.items():
+        with running_engine(t.config(spec, mixed_steps=mixed)) as (engine, loop):
+            run_offline(engine, loop, reqs[:8])
             loop.run_until_complete(engine.flush_cache())
-            runs.append((r, src, run_streaming(engine, loop, reqs, poisson_delays(len(reqs), r))))
-    for r, src, streamed in runs:
+            w1_tps = run_offline(engine, loop, w1_reqs)
+            rec("W4", name, f"{policy}: W1 complete()", "output_tok_s", w1_tps)
+            if not rates:  # one set of rates for both policies: the default's saturation
+                ctx.w1_tok_s.setdefault(name, w1_tps)
+                rates = [saturation_rate(ctx, spec, engine, loop), *((x, "fixed") for x in s.w4_rates)]
+            for r, src in rates:
+                loop.run_until_complete(engine.flush_cache())
+                runs.append((policy, r, src, run_streaming(engine, loop, reqs, poisson_delays(len(reqs), r))))
+    for policy, r, src, streamed in runs:
         for metric, xs in (("ttft", streamed.ttft), ("tbt", streamed.tbt)):
             p50, p99 = p50_p99_ms(xs)
-            setting = f"rate={r:.2f}/s"
+            setting = f"{policy}: rate={r:.2f}/s"
             rec("W4", name, setting, f"{metric}_p50_ms", p50, rate_from=src)
             rec("W4", name, setting, f"{metric}_p99_ms", p99, target=3 * p50 if metric == "tbt" else None)

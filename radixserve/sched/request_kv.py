@@ -70,6 +70,10 @@ class RequestKV:
         self.table.write(req.row, req.kv_len, slots)
         return True
 
+    def put_decode_slots(self, reqs: list[Request], slots: np.ndarray) -> None:
+        """One new slot per request (its next decode token), written in one scatter."""
+        self.slots[[r.row for r in reqs], [r.kv_len for r in reqs]] = slots
+
     def _own(self, req: Request) -> torch.Tensor:
         return torch.from_numpy(self.slots[req.row, : req.kv_len].astype(np.int64))
 

@@ -1,28 +1,33 @@
 """The scheduling policy: who runs in the next step, and what happens after.
 
-Each step is either a prefill step or a decode step ("prefill first"):
+A step has a budget of `chunked_prefill_size` tokens. With `mixed_steps` (the
+default) it is filled decode first:
 
-- Prefill: the request whose prompt is half-way through chunked prefill goes
-  on first, then waiting requests, longest cached prefix first (FCFS once the
-  queue is long, since ordering costs a tree match per request). A request is
-  admitted only if its new tokens plus a reserve for the decoding of every
-  running request fit in free + evictable KV. A request that shares an
-  uncached prefix with one already picked this step waits a step, so it hits
-  the cache instead of computing the same KV twice. Each chunk's KV goes into
-  the radix tree as soon as the chunk is scheduled.
-- Chunks and decodes alternate: after a chunk of a prompt with chunks left,
-  the next step decodes the running requests (if any), so a long prompt
-  delays the others by one chunk at a time, not by its whole prefill.
-- Decode: every running request whose prompt is done gets one token. When
-  the pool runs dry, the requests cheapest to redo (fewest tokens) are
-  retracted: their KV goes into the tree (unlocked), they rejoin the queue
-  with their output kept, and continue later with the same tokens.
+- Decode: every running request whose prompt is done gets one token (and a
+  jump-forward request its forced tokens). When the pool runs dry, the
+  requests cheapest to redo (fewest tokens) are retracted: their KV goes into
+  the tree (unlocked), they rejoin the queue with their output kept, and
+  continue later with the same tokens. A step that retracted admits nobody.
+- Prefill, in the rest of the budget: the request whose prompt is half-way
+  through chunked prefill goes on first, then waiting requests, longest
+  cached prefix first (FCFS once the queue is long, since ordering costs a
+  tree match per request). A request is admitted only if its new tokens plus
+  a reserve for the decoding of every running request fit in free +
+  evictable KV. A request that shares an uncached prefix with one already
+  picked this step waits a step, so it hits the cache instead of computing
+  the same KV twice. Each chunk's KV goes into the radix tree as soon as the
+  chunk is scheduled; a request samples only in the step of its last chunk.
+
+So an arrival never pauses the running requests. With `mixed_steps=False`
+("prefill first") a step is prefill or decode: prefill whenever a prompt can
+be admitted, and after a chunk of a prompt with chunks left the next step
+decodes, so a long prompt delays the others by one chunk at a time.
 
 `process()` takes the step's sampled tokens, applies stop rules, builds the
 outputs and releases finished requests (their KV into the tree, unlocked).
 In overlap mode the next step is scheduled before the last one is processed:
 a request then has `pending` tokens in flight, which the runner feeds forward
-on the device.
+on the device. The picked requests become a `Batch` in `sched/batch_build.py`.
 """
 
 from __future__ import annotations
@@ -40,8 +45,7 @@ from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.runtime.runner import StepResult
-from radixserve.runtime.sampler import SamplingInputs
-from radixserve.sched import grammar
+from radixserve.sched import batch_build, grammar
 from radixserve.sched.batch import Batch
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
@@ -68,6 +72,7 @@ class SchedulerConfig:
     # process the step in flight before building one with a jump-forward request in it.
     # Overlap hides nothing there, and a jump then discards no in-flight token.
     hold_for_jumps: bool = False
+    mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
 
 
 class Scheduler:
@@ -90,7 +95,7 @@ class Scheduler:
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
         self.retractions = 0
-        self._chunking = False  # the last step was a chunk of a prompt with chunks left
+        self._chunking = False  # prefill first: the last step was a chunk with chunks left
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
 
@@ -145,14 +150,10 @@ class Scheduler:
     def schedule(self, inflight: bool = False) -> Batch | object | None:
         """The next step's batch, None when idle, or NEED_SYNC (see module doc)."""
         aborted = len(self._aborted)
-        if self._chunking:  # a long prompt is half-way: let the decoders have this step
-            self._chunking = False
-            batch = self._schedule_decode(inflight) or self._schedule_prefill()
-            self._chunking = batch is NEED_SYNC  # the decoders' turn comes after the sync
+        if self.cfg.mixed_steps:
+            batch = self._schedule_mixed(inflight)
         else:
-            batch = self._schedule_prefill() or self._schedule_decode(inflight)
-        if isinstance(batch, Batch) and batch.is_prefill:
-            self._chunking = any(not r.prefill_done for r in batch.reqs)
+            batch = self._schedule_prefill_first(inflight)
         # An abort in this call freed memory: the others get a chance at it first.
         if batch is None and not inflight and self.has_work and len(self._aborted) == aborted:
             # Nothing can run and nothing in flight will free memory: without this the
@@ -164,9 +165,46 @@ class Scheduler:
             )
         return batch
 
+    def _schedule_mixed(self, inflight: bool) -> Batch | object | None:
+        """Decode first: every decoding request gets its token, prefill takes the rest of the budget."""
+        rows = self._decode_rows(inflight)
+        if rows is None:
+            return NEED_SYNC
+        reqs, jumps, retracted = rows
+        slots, forced = self._grow_decode(reqs, jumps)  # before any admission can take their slots
+        budget = self.cfg.chunked_prefill_size - len(reqs) - sum(n for _, n in forced)
+        picked = [] if retracted else self._pick_prefill(budget)  # the pool ran dry: admit nobody
+        return self._batch(reqs, slots, forced, picked)
+
+    def _schedule_prefill_first(self, inflight: bool) -> Batch | object | None:
+        """A prefill step when a prompt can go on, else a decode step."""
+        if self._chunking:  # a long prompt is half-way: the decoders have this step
+            self._chunking = False
+            batch = self._schedule_decode(inflight) or self._schedule_prefill()
+            self._chunking = batch is NEED_SYNC  # the decoders' turn comes after the sync
+        else:
+            batch = self._schedule_prefill() or self._schedule_decode(inflight)
+        if isinstance(batch, Batch) and batch.is_prefill:
+            self._chunking = any(not r.prefill_done for r in batch.reqs)
+        return batch
+
     def _schedule_prefill(self) -> Batch | None:
-        budget = self.cfg.chunked_prefill_size
+        picked = self._pick_prefill(self.cfg.chunked_prefill_size)
+        return self._batch([], None, [], picked) if picked else None
+
+    def _schedule_decode(self, inflight: bool) -> Batch | object | None:
+        rows = self._decode_rows(inflight)
+        if rows is None:
+            return NEED_SYNC
+        reqs, jumps, _ = rows
+        slots, forced = self._grow_decode(reqs, jumps)
+        return self._batch(reqs, slots, forced, [])
+
+    def _pick_prefill(self, budget: int) -> list[tuple[Request, int]]:
+        """Up to `budget` prompt tokens: the chunked prompt in progress, then admissions."""
         picked: list[tuple[Request, int]] = []
+        if budget <= 0:
+            return picked
         chunking = [r for r in self.running if not r.prefill_done and not r.jumped]
         for req in chunking:  # at most one, by construction
             n = min(req.num_known - req.kv_len, budget)
@@ -194,9 +232,7 @@ class Scheduler:
         for req in new_reqs:
             self.waiting.remove(req)
             self.running.append(req)
-        if not picked:
-            return None
-        return self._build_prefill(picked)
+        return picked
 
     def _ordered_waiting(self) -> list[tuple[Request, Any]]:
         if self.cache is None:
@@ -252,32 +288,30 @@ class Scheduler:
             self.cached_tokens_admitted += req.cached_tokens
         return True
 
-    def _schedule_decode(self, inflight: bool) -> Batch | object | None:
+    def _decode_rows(self, inflight: bool) -> tuple[list[Request], list[Request], bool] | None:
+        """(decoding requests, jump-forward requests with forced tokens, whether any was
+        retracted or aborted to make room); None: wait for the step in flight instead."""
         reqs = [
             r
             for r in self.running
             if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
         ]
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
-        if not reqs and not jumps:
-            return None
         if inflight and self.cfg.hold_for_jumps and any(self._may_jump(r) for r in reqs):
-            return NEED_SYNC
+            return None  # process the step in flight first: a jump then discards no token
+        retracted = False
         while len(reqs) + sum(r.num_known - r.kv_len for r in jumps) > self.kv.available():
             if inflight:
-                return NEED_SYNC
+                return None
+            retracted = True
             if len(reqs) + len(jumps) == 1:
                 req = (reqs or jumps)[0]
                 self._finish(req, "abort", error="the KV cache is too small for this request's context")
-                return None
+                return [], [], True
             victim = min(reqs + jumps, key=lambda r: (r.num_tokens, -r.arrival))
             (reqs if victim in reqs else jumps).remove(victim)
             self._retract(victim)
-        if jumps:
-            return self._build_mixed(reqs, jumps)
-        slots = self.kv.alloc(len(reqs))
-        assert slots is not None
-        return self._build_decode(reqs, slots.numpy())
+        return reqs, jumps, retracted
 
     def _may_jump(self, req: Request) -> bool:
         return (
@@ -286,99 +320,37 @@ class Scheduler:
             and grammar.wants_jump(req, self.cfg.jump_forward_default)
         )
 
-    def _build_decode(self, reqs: list[Request], slots: np.ndarray) -> Batch:
-        """One token per request: the hot case, built without per-token work."""
-        kv = [r.kv_len for r in reqs]
-        # One slot per request, written into the host table in one scatter.
-        self.kv.slots[[r.row for r in reqs], kv] = slots
-        # The input is the last known token, or -1 when it is still being sampled.
-        input_ids = [
-            (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
-            for r, k in zip(reqs, kv)
-        ]
-        batch = Batch(
-            reqs=reqs,
-            extend_lens=[1] * len(reqs),
-            prefix_lens=kv,
-            input_ids=input_ids,
-            out_slots=slots.astype(np.int64),
-            kv_indices=np.concatenate([self.kv.slots[r.row, : k + 1] for r, k in zip(reqs, kv)]),
-            sample=[True] * len(reqs),
-            sampling=self._sampling_inputs(reqs),
-            is_prefill=False,
-        )
-        self._advance([(r, 1) for r in reqs], batch.sample)
-        return batch
-
-    def _build_mixed(self, reqs: list[Request], jumps: list[Request]) -> Batch:
-        """Decode rows plus the forced tokens of jump-forward requests, in one extend step."""
-        picked = [(r, 1) for r in reqs] + [(r, r.num_known - r.kv_len) for r in jumps]
-        for r, n in picked:
+    def _grow_decode(
+        self, reqs: list[Request], jumps: list[Request]
+    ) -> tuple[np.ndarray | None, list[tuple[Request, int]]]:
+        """Slots for one token per decoding request (one allocation) and for the forced tokens."""
+        slots = None
+        if reqs:
+            got = self.kv.alloc(len(reqs))
+            assert got is not None  # _decode_rows made room
+            slots = got.numpy()
+        forced = [(r, r.num_known - r.kv_len) for r in jumps]
+        for r, n in forced:
             grown = self.kv.grow(r, n)
             assert grown
-        for r in jumps:
+        return slots, forced
+
+    def _batch(
+        self,
+        reqs: list[Request],
+        slots: np.ndarray | None,
+        forced: list[tuple[Request, int]],
+        picked: list[tuple[Request, int]],
+    ) -> Batch | None:
+        """Decode rows first, then forced tokens, then prefill chunks; None when all are empty."""
+        if not forced and not picked:
+            return batch_build.decode(self.kv, reqs, slots) if slots is not None else None
+        if slots is not None:
+            self.kv.put_decode_slots(reqs, slots)
+        batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)
+        for r, _ in forced:  # only now: until built, a jumped request is no chunked prefill to pick
             r.jumped = False
-        return self._build_prefill(picked, cache_prefix=False)
-
-    def _sampling_inputs(self, reqs: list[Request]) -> SamplingInputs:
-        return SamplingInputs.from_requests(
-            rows=[r.row for r in reqs],
-            params=[r.params for r in reqs],
-            num_outputs=[len(r.output_ids) + r.pending for r in reqs],
-            eos_ids=[r.eos_ids for r in reqs],
-            penalty_init=[(r.row, r.all_ids) for r in reqs if r.penalty_init],
-        )
-
-    def _advance(self, picked: list[tuple[Request, int]], sample: list[bool]) -> None:
-        """The batch is built: its tokens now count as computed (or in flight)."""
-        for (req, n), s in zip(picked, sample):
-            req.kv_len += n
-            req.pending += int(s)
-            if s:
-                req.penalty_init = False
-
-    def _build_prefill(self, picked: list[tuple[Request, int]], cache_prefix: bool = True) -> Batch:
-        input_ids: list[int] = []
-        lp_rows: list[list[int]] = []
-        lp_targets: list[int] = []
-        sample: list[bool] = []
-        prefix_lens, extend_lens, ctx, out = [], [], [], []
-        for req, n in picked:
-            start = req.kv_len
-            if start + n <= req.num_known:
-                input_ids.extend(req.known_ids(start, start + n))
-            else:  # decode of a token still in flight
-                input_ids.append(-1)
-            rows: list[int] = []
-            if req.params.prompt_logprobs:
-                first = max(req.params.prompt_logprobs_start, 1)
-                for p in range(max(first, start + 1), min(start + n, len(req.prompt_ids) - 1) + 1):
-                    rows.append(len(input_ids) - n + (p - 1 - start))
-                    lp_targets.append(req.prompt_ids[p])
-            lp_rows.append(rows)
-            prefix_lens.append(start)
-            extend_lens.append(n)
-            row_slots = self.kv.slots[req.row]
-            ctx.append(row_slots[: start + n])
-            out.append(row_slots[start : start + n])
-            sample.append(
-                start + n >= req.num_tokens and req.params.max_tokens > 0 and req.remaining_tokens > 0
-            )
-        batch = Batch(
-            reqs=[r for r, _ in picked],
-            extend_lens=extend_lens,
-            prefix_lens=prefix_lens,
-            input_ids=input_ids,
-            out_slots=np.concatenate(out).astype(np.int64),
-            kv_indices=np.concatenate(ctx),
-            sample=sample,
-            sampling=self._sampling_inputs([r for (r, _), s in zip(picked, sample) if s]),
-            prompt_lp_rows=lp_rows,
-            prompt_lp_targets=lp_targets,
-            is_prefill=True,
-        )
-        self._advance(picked, sample)
-        if self.cache is not None and cache_prefix:
+        if self.cache is not None:
             # Prompt KV goes into the tree as soon as it is scheduled (stream order
             # makes later readers see it computed), so requests sharing the prefix
             # hit it while this one is still decoding.

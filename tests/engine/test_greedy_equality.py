@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import torch
 
 from radixserve import AsyncEngine, SamplingParams
 
@@ -67,6 +68,59 @@ def test_requests_sharing_a_prefix_wait_one_step_and_hit_the_cache(tokenizer, hf
 def test_chunked_prefill_of_16_tokens(prompts, reference) -> None:
     outs = run(with_engine, engine_config(chunked_prefill_size=16), lambda e: _all(e, prompts))
     assert [list(o.token_ids) for o in outs] == reference
+
+
+ARRIVING = SamplingParams(temperature=0.0, max_tokens=16)
+EARLY, LATE = [1, 3, 5], [2, 4, 24, 6]  # prompts of 51, 48, 43 tokens; then 94, 90, 37, 85
+
+
+@pytest.fixture(scope="module")
+def arrival_refs(hf_model, prompts) -> dict[int, list[int]]:
+    return {i: hf_greedy(hf_model, prompts[i], ARRIVING.max_tokens) for i in EARLY + LATE}
+
+
+@pytest.mark.parametrize(
+    "overlap,mixed",
+    [(True, True), (False, True), (True, False)],
+    ids=["overlap", "lockstep", "prefill_first"],
+)
+def test_arrivals_while_others_decode(overlap: bool, mixed: bool, prompts, arrival_refs, hf_model) -> None:
+    """Requests join while others stream, prefilled 16 tokens a step (beside the decodes when
+    mixed) in a pool small enough to retract: the same tokens, prompt logprobs and n > 1."""
+
+    async def body(engine: AsyncEngine) -> tuple[list[Any], Any, list[Any], dict[str, Any]]:
+        first = [asyncio.ensure_future(engine.complete(prompts[i], ARRIVING)) for i in EARLY[1:]]
+        joined: list[asyncio.Future[Any]] = []
+        streamed: list[int] = []
+        async for out in engine.generate(prompts[EARLY[0]], ARRIVING):
+            streamed.extend(out.delta_token_ids)
+            if not joined:  # its first token is out: the others join while it decodes
+                lp = ARRIVING.replace(prompt_logprobs=True)
+                joined.append(asyncio.ensure_future(engine.complete(prompts[LATE[0]], lp)))
+                joined.append(asyncio.ensure_future(engine.complete(prompts[LATE[1]], ARRIVING.replace(n=2))))
+                joined += [asyncio.ensure_future(engine.complete(prompts[i], ARRIVING)) for i in LATE[2:]]
+        outs = [streamed, *[list(o.token_ids) for o in await asyncio.gather(*first)]]
+        lp_out, pair, *rest = await asyncio.gather(*joined)
+        return outs + [list(o.token_ids) for o in rest], lp_out, pair, await engine.stats()
+
+    cfg = engine_config(
+        overlap=overlap,
+        mixed_steps=mixed,
+        chunked_prefill_size=16,
+        kv_cache_tokens=200,
+        decode_reserve_ratio=0.0,
+    )
+    outs, lp_out, pair, stats = run(with_engine, cfg, body)
+    assert outs == [arrival_refs[i] for i in EARLY + LATE[2:]]
+    assert [list(o.token_ids) for o in pair] == [arrival_refs[LATE[1]]] * 2
+    assert list(lp_out.token_ids) == arrival_refs[LATE[0]]
+    ids = prompts[LATE[0]]
+    with torch.no_grad():
+        lp = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    assert [t.token_id for t in lp_out.prompt_logprobs] == ids[1:]
+    for p, tl in zip(range(1, len(ids)), lp_out.prompt_logprobs):
+        assert abs(tl.logprob - lp[p - 1, ids[p]].item()) < 1e-3
+    assert stats["retractions"] > 0
 
 
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "lockstep"])

@@ -56,7 +56,8 @@ class FakeModel:
                 pending[req.row] = tok
             off += e
             kv_off += p + e
-        return StepResult(next_ids=next_ids)
+        lps = [(-1.0, [])] * len(batch.prompt_lp_targets) if batch.prompt_lp_targets else None
+        return StepResult(next_ids=next_ids, prompt_lps=lps)
 
 
 def expected(prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> list[int]:
@@ -76,8 +77,10 @@ def make(slots: int, **cfg: object) -> tuple[Scheduler, SlotAllocator]:
     return sched, alloc
 
 
-def req(rid: str, prompt: list[int], max_tokens: int, arrival: int = 0, ignore_eos: bool = True) -> Request:
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+def req(
+    rid: str, prompt: list[int], max_tokens: int, arrival: int = 0, ignore_eos: bool = True, lp: bool = False
+) -> Request:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos, prompt_logprobs=lp)
     return Request(rid, 0, list(prompt), params, frozenset({EOS}), 512, arrival=arrival)
 
 
@@ -169,16 +172,19 @@ def test_request_sharing_an_uncached_prefix_waits_one_step() -> None:
     assert [r.rid for r in second.reqs] == ["b"] and second.prefix_lens == [40]
 
 
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "prefill_first"])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("seed", range(10))
-def test_random_workloads_give_exact_outputs_and_full_second_round_hits(overlap: bool, seed: int) -> None:
+def test_random_workloads_give_exact_outputs_and_full_second_round_hits(
+    overlap: bool, seed: int, mixed: bool
+) -> None:
     rng = random.Random(seed)
     stems = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 30))] for _ in range(4)]
     prompts = [
         rng.choice(stems) + [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 40))] for _ in range(12)
     ]
     lens = [rng.randint(1, 30) for _ in prompts]
-    sched, alloc = make(10_000, chunked_prefill_size=rng.choice([8, 64, 1000]))
+    sched, alloc = make(10_000, chunked_prefill_size=rng.choice([8, 64, 1000]), mixed_steps=mixed)
     for rnd in range(2):
         arrivals: dict[int, list[Request]] = {}
         reqs = []
@@ -194,16 +200,20 @@ def test_random_workloads_give_exact_outputs_and_full_second_round_hits(overlap:
     assert alloc.num_free + sched.cache.total_size == 10_000
 
 
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "prefill_first"])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool) -> None:
+def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool, mixed: bool) -> None:
     rng = random.Random(1)
     prompts = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(5, 20))] for _ in range(10)]
-    sched, alloc = make(80, decode_reserve_ratio=0.0)
-    reqs = [req(str(i), p, 15, arrival=i) for i, p in enumerate(prompts)]
-    outs = drive(sched, overlap, {0: reqs})
+    sched, alloc = make(80, decode_reserve_ratio=0.0, mixed_steps=mixed)
+    # Half arrive while the first half decodes, so mixed steps admit into a dry pool.
+    reqs = [req(str(i), p, 15, arrival=i, lp=i % 2 == 1) for i, p in enumerate(prompts)]
+    outs = drive(sched, overlap, {0: reqs[:5], 3: reqs[5:]})
     assert sched.retractions > 0
     for i, r in enumerate(reqs):
         assert outs[r.rid] == expected(prompts[i], 15)
+        # Each prompt token scored once, even by a request retracted and prefilled again.
+        assert [t.token_id for t in r.prompt_logprobs] == (prompts[i][1:] if i % 2 else [])
     sched.cache.reset()
     assert alloc.num_free == 80
 
@@ -266,16 +276,17 @@ def test_a_prompt_larger_than_the_pool_is_aborted_not_spun_on() -> None:
     assert outs["small"] == expected([1, 2, 3], 2)
 
 
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "prefill_first"])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_eviction_under_memory_pressure_keeps_outputs_exact(overlap: bool, seed: int) -> None:
+def test_eviction_under_memory_pressure_keeps_outputs_exact(overlap: bool, seed: int, mixed: bool) -> None:
     # A pool far smaller than the work: ordering-time matches go stale as admissions evict.
     rng = random.Random(100 + seed)
     stems = [[rng.randrange(1, VOCAB) for _ in range(rng.randint(8, 20))] for _ in range(3)]
     prompts = [
         rng.choice(stems) + [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 10))] for _ in range(16)
     ]
-    sched, alloc = make(90, decode_reserve_ratio=0.0)
+    sched, alloc = make(90, decode_reserve_ratio=0.0, mixed_steps=mixed)
     for rnd in range(3):
         reqs = [req(f"{rnd}-{i}", p, 6, arrival=i) for i, p in enumerate(prompts)]
         arrivals: dict[int, list[Request]] = {}
@@ -285,3 +296,52 @@ def test_eviction_under_memory_pressure_keeps_outputs_exact(overlap: bool, seed:
         for i, r in enumerate(reqs):
             assert outs[r.rid] == expected(prompts[i], 6), f"round {rnd} request {i}"
     assert alloc.num_free + sched.cache.total_size == 90
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "prefill_first"])
+def test_decoders_get_a_token_every_step_of_a_chunked_prefill_only_when_mixed(
+    overlap: bool, mixed: bool
+) -> None:
+    sched, _ = make(1000, chunked_prefill_size=16, mixed_steps=mixed)
+    model, pending = fake(sched)
+    a, b = req("a", [1, 2, 3], 40), req("b", [4, 5, 6, 7], 40, arrival=1)
+    long = req("long", [(i * 7) % (VOCAB - 1) + 1 for i in range(100)], 3, arrival=2)
+    sched.add(a)
+    sched.add(b)
+    outs: dict[str, list[int]] = {}
+    steps: list[Batch] = []
+    last = None
+    for k in range(40):
+        if k == 2:
+            sched.add(long)  # arrives while a and b decode
+        batch = sched.schedule(inflight=last is not None)
+        assert isinstance(batch, Batch)
+        steps.append(batch)
+        res = model.step(batch, pending)
+        if overlap:
+            done, last = ([last] if last else []), (batch, res)
+        else:
+            done = [(batch, res)]
+        for o in (o for d in done for o in sched.process(*d)):
+            outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+        sched.check_integrity()
+        if long.pending or long.output_ids:
+            break
+    prefill = [x for x in steps if long in x.reqs]
+    assert len(prefill) >= 100 // 16 + 1, "the long prompt goes in chunks"
+    # Mid-prefill it never samples; its last chunk does.
+    assert [x.sample[x.reqs.index(long)] for x in prefill] == [False] * (len(prefill) - 1) + [True]
+    assert all(x.num_tokens <= 16 for x in steps)
+    if mixed:  # decode first: a and b sample a token in every step of the long prefill
+        for x in prefill:
+            assert a in x.reqs and b in x.reqs
+            assert all(x.sample[x.reqs.index(r)] for r in (a, b))
+    else:  # prefill first: a and b pause for every chunk
+        assert not any(a in x.reqs or b in x.reqs for x in prefill)
+    if last is not None:
+        for o in sched.process(*last):
+            outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+    rest = drive(sched, overlap, {})
+    for r in (a, b, long):
+        assert outs.get(r.rid, []) + rest.get(r.rid, []) == expected(r.prompt_ids, r.params.max_tokens)
