@@ -249,27 +249,39 @@ class Scheduler:
         return self._build_decode(reqs, slots.numpy())
 
     def _build_decode(self, reqs: list[Request], slots: np.ndarray) -> Batch:
-        """One token per request: the hot case, built without per-token work."""
+        """One token per request: the hot case, O(batch) host work whatever the context.
+
+        The runner gathers the context slots from the device table; the host
+        copy gets only the new slot of each request."""
+        n = len(reqs)
+        rows = np.fromiter((r.row for r in reqs), np.int64, n)
         kv = [r.kv_len for r in reqs]
-        # One slot per request, written into the host table in one scatter.
-        self.kv.slots[[r.row for r in reqs], kv] = slots
+        self.kv.slots[rows, kv] = slots
         # The input is the last known token, or -1 when it is still being sampled.
-        input_ids = [
-            (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
-            for r, k in zip(reqs, kv)
-        ]
+        input_ids = np.fromiter(
+            (
+                (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
+                for r, k in zip(reqs, kv)
+            ),
+            np.int64,
+            n,
+        )
         batch = Batch(
             reqs=reqs,
-            extend_lens=[1] * len(reqs),
+            extend_lens=[1] * n,
             prefix_lens=kv,
             input_ids=input_ids,
             out_slots=slots.astype(np.int64),
-            kv_indices=np.concatenate([self.kv.slots[r.row, : k + 1] for r, k in zip(reqs, kv)]),
-            sample=[True] * len(reqs),
+            kv_indices=None,
+            sample=[True] * n,
             sampling=self._sampling_inputs(reqs),
             is_prefill=False,
+            rows=rows,
         )
-        self._advance([(r, 1) for r in reqs], batch.sample)
+        for r in reqs:  # _advance for one sampled token each
+            r.kv_len += 1
+            r.pending += 1
+            r.penalty_init = False
         return batch
 
     def _build_mixed(self, reqs: list[Request], jumps: list[Request]) -> Batch:
