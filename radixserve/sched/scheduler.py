@@ -89,7 +89,9 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         p = req.params
-        req.detok = Detokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens)
+        req.detok = Detokenizer(
+            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens, lazy=not req.stream
+        )
         self.waiting.append(req)
 
     def abort(self, rid: str, why: str) -> None:
@@ -377,7 +379,12 @@ class Scheduler:
             self.kv.release(req)
             self.running.remove(req)
         if reason == "abort":
-            self._aborted.append(make_output(req, [], None, final=True))
+            try:
+                out = make_output(req, [], None, final=True)
+            except Exception:  # noqa: BLE001 - its (lazy) detokenization failed: the abort carries no text
+                req.detok = None
+                out = make_output(req, [], None, final=True)
+            self._aborted.append(out)
 
     # ---- after a step --------------------------------------------------------------------
 
