@@ -5,7 +5,10 @@ turning the batch into the runner's input, and `process()` of a fake result
 (random tokens), for B requests of `--ctx` prompt tokens each. What the
 runner then enqueues on the device is not host work on a GPU and is left out
 of "host"; the column "dev_ops" is the time those ops (the decode batch built
-from the slot table) take when run on the CPU, for reference. Each source
+from the slot table) take when run on the CPU, for reference. Requests that
+nobody streams are detokenized at their end, so the per-step "process" of
+`complete` mode leaves that out; "process µs/token (whole run)" is all
+output processing of the run, the finishing steps included, per token. Each source
 tree runs in its own process (PYTHONPATH), so `--base /path/to/other/checkout`
 compares a branch against it.
 
@@ -45,13 +48,18 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
     from radixserve.sched.scheduler import Scheduler, SchedulerConfig
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    # "Sampled" tokens come from real text, so incremental detokenization does realistic work.
+    text_ids = tok.encode(
+        " ".join(f"Step {i}: the radix tree shares every prefix it has seen." for i in range(64))
+    )
     cpu = torch.device("cpu")
+    chunk = SchedulerConfig().chunked_prefill_size
     rows = []
     for bs in bs_list:
         rng = random.Random(bs)
         warm = 4
         # Early arrivals decode while the others prefill: room for them to go on until all run.
-        max_tokens = 8 * (warm + steps) + bs
+        max_tokens = bs * ctx // chunk + warm + steps + 8
         ctx_len = ctx + max_tokens + 8
         alloc = SlotAllocator(bs * ctx_len)
         table = ReqToSlotTable(bs, ctx_len)
@@ -60,10 +68,11 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
         for i in range(bs):
             ids = [rng.randrange(1000, 40000) for _ in range(ctx)]
             sched.add(Request(f"r{i}", 0, ids, params, frozenset({2}), ctx_len, arrival=i, stream=stream))
-        fake = [rng.randrange(1000, 40000) for _ in range(bs)]
         timings: dict[str, list[float]] = {k: [] for k in ("schedule", "build", "process", "dev_ops")}
         n_decode = 0
-        while n_decode < warm + steps:
+        process_total = 0.0  # every step's output processing, the finishing ones included
+        k = 0
+        while sched.has_work:
             t0 = time.perf_counter()
             batch: Any = sched.schedule()
             t1 = time.perf_counter()
@@ -81,20 +90,25 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
                 d0 = time.perf_counter()
                 build_decode_batch(step.decode, table.device_table, last, cpu)
                 dev = time.perf_counter() - d0
-            res = StepResult(next_ids=fake[: len(batch.sampling)])
+            k += 1
+            fake = [text_ids[(k + j) % len(text_ids)] for j in range(len(batch.sampling))]
+            res = StepResult(next_ids=fake)
             t3 = time.perf_counter()
             sched.process(batch, res)
             t4 = time.perf_counter()
+            process_total += t4 - t3
             decode = all(e == 1 for e in batch.extend_lens) and len(batch.reqs) == bs
             if decode:
                 n_decode += 1
-                if n_decode > warm:
-                    for k, v in (("schedule", t1 - t0), ("build", t2 - t1), ("process", t4 - t3)):
-                        timings[k].append(v)
+                if warm < n_decode <= warm + steps:
+                    for key, v in (("schedule", t1 - t0), ("build", t2 - t1), ("process", t4 - t3)):
+                        timings[key].append(v)
                     timings["dev_ops"].append(dev)
-        med = {k: 1e3 * statistics.median(v) for k, v in timings.items()}
+        med = {key: 1e3 * statistics.median(v) for key, v in timings.items()}
         med["host"] = med["schedule"] + med["build"] + med["process"]
-        rows.append({"batch": bs, "ctx": ctx, "stream": stream, **{f"{k}_ms": v for k, v in med.items()}})
+        per_token = 1e6 * process_total / (bs * max_tokens)
+        row = {"batch": bs, "ctx": ctx, "stream": stream, **{f"{key}_ms": v for key, v in med.items()}}
+        rows.append({**row, "process_us_per_token_whole_run": per_token})
     return rows
 
 
@@ -133,12 +147,14 @@ def main() -> None:
                 if r is None:
                     continue
                 mode = "stream" if stream else "complete"
-                cells = [r[k] for k in ("schedule_ms", "build_ms", "process_ms", "host_ms", "dev_ops_ms")]
+                keys = ("schedule_ms", "build_ms", "process_ms", "host_ms", "dev_ops_ms")
+                cells = [r[k] for k in (*keys, "process_us_per_token_whole_run")]
                 ratio = base["host_ms"] / r["host_ms"] if base is not None and name == "this" else None
                 table.append([r["batch"], r["ctx"], mode, name, *cells, ratio])
                 results.append(record("host_step", "none (fake result)", "-", "cpu", r, tree=name))
-    heads = ["batch", "ctx", "mode", "tree", "schedule", "build", "process", "host", "dev_ops", "speedup"]
-    print("host ms per decode step (median)")
+    heads = ["batch", "ctx", "mode", "tree", "schedule", "build", "process", "host", "dev_ops"]
+    heads += ["process µs/token (whole run)", "host speedup"]
+    print("host ms per decode step at full batch (median); output processing per token over the whole run")
     print_table(heads, table)
     trees_doc = {name: str(tree) for name, tree in trees}
     print(f"wrote {write_results(args.out, results, env, trees=trees_doc)}")

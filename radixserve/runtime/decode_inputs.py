@@ -7,8 +7,11 @@ table, so host work per decode step does not depend on the context length.
 No op here waits for the device: the one length the host needs (the total
 context, the size of `kv_indices`) is summed from its own array.
 
-On the CPU the same ops run on the host tensors and give exactly the result
-of concatenating each request's table row (tests/runtime/test_decode_inputs.py).
+On the CUDA device the gather is a few elementwise ops over the context
+(`gather_context`); on the CPU, where the table is host memory, numpy copies
+the row slices (`_gather_context_host`). Both give exactly the concatenation
+of each request's table row (tests/runtime/test_decode_inputs.py checks both
+against the host-built batch, and `gather_context` on the CPU too).
 """
 
 from __future__ import annotations
@@ -30,8 +33,17 @@ def gather_context(
     """
     device = table.device
     owner = torch.repeat_interleave(torch.arange(len(rows), device=device), seq_lens, output_size=total)
-    col = torch.arange(total, device=device) - kv_indptr[:-1].to(torch.int64)[owner]
-    return table[rows[owner], col]
+    flat = (
+        torch.arange(total, device=device) + (rows * table.shape[1] - kv_indptr[:-1].to(torch.int64))[owner]
+    )
+    return table.view(-1).index_select(0, flat)
+
+
+def _gather_context_host(table: torch.Tensor, rows: np.ndarray, seq_lens: np.ndarray) -> torch.Tensor:
+    """The same on the CPU, where the table is host memory: row slices copied by numpy
+    (torch's CPU gather over every context slot is two orders of magnitude slower)."""
+    t = table.numpy()
+    return torch.from_numpy(np.concatenate([t[r, :n] for r, n in zip(rows.tolist(), seq_lens.tolist())]))
 
 
 @torch.inference_mode()
@@ -54,13 +66,17 @@ def build_decode_batch(
     kv_indptr[1:] = torch.cumsum(seq_lens, 0)
     total = int(inp.prefix_lens.sum()) + b
     prefix_lens = inp.prefix_lens.tolist()
+    if table.device.type == "cpu":
+        kv_indices = _gather_context_host(table, inp.rows, inp.prefix_lens + 1)
+    else:
+        kv_indices = gather_context(table, rows, seq_lens, kv_indptr, total)
     return ForwardBatch(
         input_ids=ids,
         positions=pos,
         out_slots=out_slots,
         qo_indptr=torch.arange(b + 1, dtype=torch.int32, device=device),
         kv_indptr=kv_indptr,
-        kv_indices=gather_context(table, rows, seq_lens, kv_indptr, total),
+        kv_indices=kv_indices,
         extend_lens=[1] * b,
         prefix_lens=prefix_lens,
     )

@@ -226,11 +226,7 @@ class Scheduler:
         return True
 
     def _schedule_decode(self, inflight: bool) -> Batch | object | None:
-        reqs = [
-            r
-            for r in self.running
-            if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
-        ]
+        reqs = [r for r in self.running if r.can_decode]
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
         if not reqs and not jumps:
             return None

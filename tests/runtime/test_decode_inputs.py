@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.runtime.decode_inputs import build_decode_batch
+from radixserve.runtime.decode_inputs import build_decode_batch, gather_context
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.step import DecodeInputs
 
@@ -48,6 +48,11 @@ def test_device_built_decode_batch_equals_host_concatenation(device: str, seed: 
         assert a.dtype == b.dtype, name
         assert torch.equal(a.cpu(), b), name
     assert got.prefix_lens == prefix and got.extend_lens == [1] * len(picked)
+    # The device gather, run on the CPU tensors, is the same concatenation.
+    host_rows = torch.tensor(picked)
+    seq = torch.tensor(prefix) + 1
+    total = int(seq.sum())
+    assert torch.equal(gather_context(table.device_table.cpu(), host_rows, seq, want.kv_indptr, total), want.kv_indices)
     # The new slot is recorded in the device table, so the next step reads it.
     for row, p, c in zip(picked, prefix, ctx):
         assert int(table.device_table[row, p]) == int(c[-1])
