@@ -52,7 +52,9 @@ def test_device_built_decode_batch_equals_host_concatenation(device: str, seed: 
     host_rows = torch.tensor(picked)
     seq = torch.tensor(prefix) + 1
     total = int(seq.sum())
-    assert torch.equal(gather_context(table.device_table.cpu(), host_rows, seq, want.kv_indptr, total), want.kv_indices)
+    assert torch.equal(
+        gather_context(table.device_table.cpu(), host_rows, seq, want.kv_indptr, total), want.kv_indices
+    )
     # The new slot is recorded in the device table, so the next step reads it.
     for row, p, c in zip(picked, prefix, ctx):
         assert int(table.device_table[row, p]) == int(c[-1])
