@@ -137,9 +137,11 @@ class AsyncEngine:
         )
         allocator = SlotAllocator(num_slots)
         cache = RadixCache(allocator, page_size=cfg.page_size)
-        table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1)
+        table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1, device=device)
         self.scheduler = Scheduler(cfg.scheduler_config(), allocator, cache, table, loaded.tokenizer)
-        runner = ModelRunner(loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device)
+        runner = ModelRunner(
+            loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device, slot_table=table.device_table
+        )
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
         if cfg.cuda_graph and device.type == "cuda":

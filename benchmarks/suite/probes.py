@@ -4,10 +4,11 @@ The engine has no public per-step hook, so the probe wraps three methods of
 one engine's worker *instance* (nothing in radixserve changes):
 
 - `scheduler.schedule()`: the time to pick and build the next batch;
-- `worker._launch(batch)`: `to_forward` plus `runner.launch` (enqueueing the
+- `worker._launch(batch)`: `to_step` plus `runner.launch` (enqueueing the
   step); the batch's host-side lengths give the K/V tokens the attention
-  kernels read this step (`len(batch.kv_indices)`, i.e. the sum of
-  `prefix_lens + extend_lens`), read without touching the device;
+  kernels read this step (the sum of `prefix_lens + extend_lens`, which is
+  `len(batch.kv_indices)` where the host built them), read without touching
+  the device;
 - `worker._finish_step(batch, handle)`: the probe first waits on the step's
   CUDA event itself, timed apart ("wait": the host idles on the device), then
   runs the original (output processing, on the host).

@@ -3,9 +3,17 @@
 Row r of `table` belongs to one running request; `table[r, p]` is the slot
 holding the K/V of its token at position p, for every position it has
 computed (or got from the radix cache). The scheduler writes a row as slots
-are matched or allocated and gathers rows to build `ForwardBatch.kv_indices`.
-Stored as int32 (half the memory of int64; FlashInfer wants int32 indices);
-`read` returns int64, the dtype the allocator and the radix tree use.
+are matched or allocated. Stored as int32 (half the memory of int64;
+FlashInfer wants int32 indices); `read` returns int64, the dtype the
+allocator and the radix tree use.
+
+Two copies: `table` on the host, which the scheduler reads (prefill steps,
+handing KV to the radix tree), and `device_table` where the model runs, from
+which the runner gathers a decode step's `kv_indices` without the host
+touching the context (runtime/decode_inputs.py). On the CPU they are one
+tensor. `write` updates both (the device copy queued on the current stream);
+a decode step's one new slot per request is scattered into the host copy by
+the scheduler and into the device copy by the runner.
 
 Rows are handed out 0, 1, 2, … and a freed row is reused after every row that
 was already free (FIFO, like the slot allocator). The table never owns
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
 import torch
 
 
@@ -29,7 +38,12 @@ class ReqToSlotTable:
         self.max_requests = max_requests
         self.max_context = max_context
         self.device = torch.device(device)
-        self.table = torch.zeros((max_requests, max_context), dtype=torch.int32, device=self.device)
+        self.table = torch.zeros((max_requests, max_context), dtype=torch.int32)
+        self.device_table = (
+            self.table
+            if self.device.type == "cpu"
+            else torch.zeros((max_requests, max_context), dtype=torch.int32, device=self.device)
+        )
         self._free_rows: deque[int] = deque(range(max_requests))
         self._in_use = [False] * max_requests
 
@@ -58,7 +72,22 @@ class ReqToSlotTable:
             raise ValueError(
                 f"positions [{start}, {end}) outside the table's context [0, {self.max_context})"
             )
-        self.table[row, start:end].copy_(slots.reshape(-1))
+        flat = slots.reshape(-1)
+        self.table[row, start:end].copy_(flat)
+        if self.device_table is not self.table and end > start:
+            # Staged through pinned memory: from pageable memory the copy would wait for the stream.
+            src = flat.to("cpu", torch.int32).pin_memory()
+            self.device_table[row, start:end].copy_(src, non_blocking=True)
+
+    def scatter(self, rows: np.ndarray, cols: np.ndarray, slots: np.ndarray) -> None:
+        """`table[rows[i], cols[i]] = slots[i]` in both copies (one scatter each)."""
+        self.table.numpy()[rows, cols] = slots
+        if self.device_table is not self.table and len(rows):
+            idx = torch.from_numpy(np.stack([rows, cols]).astype(np.int64)).pin_memory()
+            val = torch.from_numpy(np.asarray(slots, dtype=np.int32)).pin_memory()
+            dev = self.device_table.device
+            idx_d, val_d = idx.to(dev, non_blocking=True), val.to(dev, non_blocking=True)
+            self.device_table[idx_d[0], idx_d[1]] = val_d
 
     def read(self, row: int, end: int) -> torch.Tensor:
         """The slots of positions `0 : end` of `row`, as a new int64 tensor."""

@@ -1,7 +1,9 @@
 """`ModelRunner`: one forward + sample per step, launched without waiting.
 
-`launch()` enqueues the whole step on the runner's CUDA stream (on the CPU it
-simply runs) and returns a `StepHandle` at once. The sampled ids land in an
+`launch(step)` enqueues the whole step (a `StepInput`, runtime/step.py) on the
+runner's CUDA stream (on the CPU it simply runs) and returns a `StepHandle` at
+once. A decode step's forward batch is built here, on the device, from the
+device copy of the request-to-slot table (runtime/decode_inputs.py). The sampled ids land in an
 on-device buffer indexed by request row, from which the next step takes the
 input token of every request whose previous token is still in flight; their
 host copy is started without blocking and read by `StepHandle.wait()`, the one
@@ -20,9 +22,10 @@ from torch import nn
 
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
-from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
+from radixserve.runtime.step import StepInput
 
 # (step number from 1, logits [rows, vocab], the step's sampling inputs) -> logits to use
 FaultHook = Callable[[int, torch.Tensor, SamplingInputs], torch.Tensor]
@@ -86,9 +89,18 @@ class StepResult:
 
 class ModelRunner:
     def __init__(
-        self, model: nn.Module, attn: AttentionBackend, vocab_size: int, max_rows: int, device: torch.device
+        self,
+        model: nn.Module,
+        attn: AttentionBackend,
+        vocab_size: int,
+        max_rows: int,
+        device: torch.device,
+        slot_table: torch.Tensor | None = None,
     ) -> None:
+        """`slot_table`: the device copy of the request-to-slot table
+        (`ReqToSlotTable.device_table`), which decode steps read and extend."""
         self.model = model
+        self.slot_table = slot_table
         self.attn = attn
         self.device = device
         self.sampler = Sampler(vocab_size, max_rows, device)
@@ -107,36 +119,18 @@ class ModelRunner:
         self.graphs.capture(self.stream)
         return True
 
-    def launch(
-        self,
-        fb: ForwardBatch,
-        sampling: SamplingInputs,
-        pending_pos: list[int],
-        pending_rows: list[int],
-        prompt_lp_targets: list[int] | None = None,
-        prompt_top_k: int = 0,
-    ) -> StepHandle:
-        return self.sample(
-            self.forward(fb, sampling, pending_pos, pending_rows, prompt_lp_targets, prompt_top_k)
-        )
+    def launch(self, step: StepInput) -> StepHandle:
+        return self.sample(self.forward(step))
 
-    def forward(
-        self,
-        fb: ForwardBatch,
-        sampling: SamplingInputs,
-        pending_pos: list[int],
-        pending_rows: list[int],
-        prompt_lp_targets: list[int] | None = None,
-        prompt_top_k: int = 0,
-    ) -> Forwarded:
+    def forward(self, step: StepInput) -> Forwarded:
         """Enqueue the forward pass only; `sample()` finishes the step (structured output
         fills its bitmask in between, once the previous step's tokens are known)."""
         with self._on_stream():
-            logits = self._forward(fb, pending_pos, pending_rows)
+            logits = self._forward(step)
             self.launches += 1
             if self.fault_hook is not None:  # tests: radixserve.testing.inject_faults
-                logits = self.fault_hook(self.launches, logits, sampling)
-        return Forwarded(logits, sampling, prompt_lp_targets, prompt_top_k)
+                logits = self.fault_hook(self.launches, logits, step.sampling)
+        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k)
 
     def sample(
         self, fwd: Forwarded, bitmask: torch.Tensor | None = None, bitmask_rows: list[int] | None = None
@@ -151,10 +145,17 @@ class ModelRunner:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def _forward(self, fb: ForwardBatch, pending_pos: list[int], pending_rows: list[int]) -> torch.Tensor:
-        if pending_pos:  # ids sampled by the previous step, still on the device
-            pos = to_device(pending_pos, torch.int64, self.device)
-            fb.input_ids[pos] = self.last_tokens[to_device(pending_rows, torch.int64, self.device)]
+    def _forward(self, step: StepInput) -> torch.Tensor:
+        if step.decode is not None:
+            if self.slot_table is None:
+                raise RuntimeError("a decode step needs the slot_table (ReqToSlotTable.device_table)")
+            fb = build_decode_batch(step.decode, self.slot_table, self.last_tokens, self.device)
+        else:
+            assert step.forward is not None
+            fb = step.forward
+            if step.pending_pos:  # ids sampled by the previous step, still on the device
+                pos = to_device(step.pending_pos, torch.int64, self.device)
+                fb.input_ids[pos] = self.last_tokens[to_device(step.pending_rows, torch.int64, self.device)]
         if self.graphs is not None and self.graphs.can_run(fb):
             return self.graphs.run(fb)
         self.attn.plan(fb)

@@ -1,7 +1,10 @@
-"""`Batch`: the one contract between the scheduler and the model runner.
+"""`Batch`: a step as the scheduler sees it (its requests and their lengths).
 
-The scheduler fills it on the host; `to_forward()` turns it into the model
-layer's `ForwardBatch` plus the sampler's inputs. Request i contributes
+The scheduler fills it on the host; `to_step()` turns it into the runner's
+`StepInput` (runtime/step.py). A decode step carries only per-request arrays
+(`rows`, `prefix_lens`, `out_slots`, `input_ids`): the runner gathers its
+context slots on the device from the request-to-slot table, so `kv_indices`
+is None there; other steps carry their host-built `kv_indices`. Request i contributes
 `extend_lens[i]` tokens starting at position `prefix_lens[i]`. A token whose
 id is still being sampled on the device by the previous step (overlap mode)
 is written as -1 in `input_ids`, and its request's row is listed in
@@ -19,6 +22,7 @@ import torch
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SamplingInputs
+from radixserve.runtime.step import DecodeInputs, StepInput
 from radixserve.sched.request import Request
 
 
@@ -27,9 +31,9 @@ class Batch:
     reqs: list[Request]
     extend_lens: list[int]
     prefix_lens: list[int]
-    input_ids: list[int]  # -1 where the id is in flight
+    input_ids: list[int] | np.ndarray  # -1 where the id is in flight
     out_slots: np.ndarray  # [T] int64
-    kv_indices: np.ndarray  # [sum(seq_lens)] int32
+    kv_indices: np.ndarray | None  # [sum(seq_lens)] int32; None for a decode step (built on the device)
     sample: list[bool]  # request i samples a token at the end of its part
     sampling: SamplingInputs  # for the requests that sample, in batch order
     # Per request, rows (in the flat token axis) whose logits score the next
@@ -37,6 +41,12 @@ class Batch:
     prompt_lp_rows: list[list[int]] = field(default_factory=list)
     prompt_lp_targets: list[int] = field(default_factory=list)
     is_prefill: bool = False
+    rows: np.ndarray | None = None  # decode steps: [B] int64 table row of each request
+
+    @property
+    def is_decode(self) -> bool:
+        """Built by the decode path: one token per request, context gathered on the device."""
+        return self.rows is not None
 
     @property
     def num_tokens(self) -> int:
@@ -61,7 +71,31 @@ class Batch:
             [np.arange(p, p + e, dtype=np.int64) for p, e in zip(self.prefix_lens, self.extend_lens)]
         )
 
+    def to_step(self, device: torch.device) -> StepInput:
+        """The runner's input for this step (host arrays for decode, host-built tensors otherwise)."""
+        if self.rows is not None:
+            dec = DecodeInputs(
+                rows=self.rows,
+                prefix_lens=np.asarray(self.prefix_lens, dtype=np.int64),
+                out_slots=self.out_slots,
+                input_ids=np.asarray(self.input_ids, dtype=np.int64),
+            )
+            return StepInput(forward=None, decode=dec, sampling=self.sampling)
+        pos, rows = self.pending()
+        top_k = max((r.params.top_logprobs for r, lp in zip(self.reqs, self.prompt_lp_rows) if lp), default=0)
+        return StepInput(
+            forward=self.to_forward(device),
+            decode=None,
+            sampling=self.sampling,
+            pending_pos=pos,
+            pending_rows=rows,
+            prompt_lp_targets=self.prompt_lp_targets,
+            prompt_top_k=top_k,
+        )
+
     def to_forward(self, device: torch.device) -> ForwardBatch:
+        """The host-built forward batch of a step that has `kv_indices` (not a decode step)."""
+        assert self.kv_indices is not None, "a decode step's forward batch is built by the runner"
         qo = np.zeros(len(self.reqs) + 1, dtype=np.int32)
         np.cumsum(self.extend_lens, out=qo[1:])
         kv = np.zeros(len(self.reqs) + 1, dtype=np.int32)

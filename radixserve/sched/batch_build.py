@@ -20,26 +20,40 @@ from radixserve.sched.request_kv import RequestKV
 
 
 def decode(kv: RequestKV, reqs: list[Request], slots: np.ndarray) -> Batch:
-    """One token per request; `slots` (one each, freshly allocated) are written into the table."""
+    """One token per request: the hot case, O(batch) host work whatever the context.
+
+    `slots` (one each, freshly allocated) go into the host table here; the
+    runner writes them into the device table and gathers the context slots
+    there (runtime/decode_inputs.py), so the batch carries no `kv_indices`."""
+    n = len(reqs)
+    rows = np.fromiter((r.row for r in reqs), np.int64, n)
     kv_lens = [r.kv_len for r in reqs]
-    kv.put_decode_slots(reqs, slots)
+    kv.slots[rows, kv_lens] = slots
     # The input is the last known token, or -1 when it is still being sampled.
-    input_ids = [
-        (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
-        for r, k in zip(reqs, kv_lens)
-    ]
+    input_ids = np.fromiter(
+        (
+            (r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) if k < r.num_known else -1
+            for r, k in zip(reqs, kv_lens)
+        ),
+        np.int64,
+        n,
+    )
     batch = Batch(
         reqs=reqs,
-        extend_lens=[1] * len(reqs),
+        extend_lens=[1] * n,
         prefix_lens=kv_lens,
         input_ids=input_ids,
         out_slots=slots.astype(np.int64),
-        kv_indices=np.concatenate([kv.slots[r.row, : k + 1] for r, k in zip(reqs, kv_lens)]),
-        sample=[True] * len(reqs),
+        kv_indices=None,
+        sample=[True] * n,
         sampling=sampling_inputs(reqs),
         is_prefill=False,
+        rows=rows,
     )
-    advance([(r, 1) for r in reqs], batch.sample)
+    for r in reqs:  # advance() for one sampled token each
+        r.kv_len += 1
+        r.pending += 1
+        r.penalty_init = False
     return batch
 
 

@@ -6,6 +6,11 @@ window of recent tokens and only the part that grew is emitted, the way
 vLLM and text-generation-inference do it. Text that could still become a stop
 string is held back until it is known not to be one, so a stop string never
 leaks into the stream.
+
+A request nobody streams and without stop strings is `lazy`: `add` only
+records the ids, and the same window-by-window decoding runs when the text
+is first asked for (its final output), so the text is the same and the
+worker does no tokenizer work per step for it.
 """
 
 from __future__ import annotations
@@ -14,8 +19,18 @@ from typing import Any
 
 
 class Detokenizer:
-    def __init__(self, tokenizer: Any, stop: tuple[str, ...], include_stop: bool, skip_special: bool) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        stop: tuple[str, ...],
+        include_stop: bool,
+        skip_special: bool,
+        lazy: bool = False,
+    ) -> None:
+        """`lazy`: nobody reads the text before the end; ignored when there are stop strings."""
         self.tok = tokenizer
+        self.lazy = lazy and not stop
+        self._done = 0  # ids[:_done] are decoded into text
         self.stop = stop
         self.include_stop = include_stop
         self.skip_special = skip_special
@@ -33,17 +48,26 @@ class Detokenizer:
         """Append tokens; afterwards check `stopped_by` and take `flush()`."""
         if self.tok is None:
             return
+        if self.lazy:
+            self.ids.extend(token_ids)
+            return
         for t in token_ids:
             if self.stopped_by is not None:
                 return
             self.ids.append(t)
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Decode the ids not decoded yet, one token at a time."""
+        while self._done < len(self.ids):
+            self._done += 1
             prefix = self._decode(self.ids[self._prefix_offset : self._read_offset])
-            full = self._decode(self.ids[self._prefix_offset :])
+            full = self._decode(self.ids[self._prefix_offset : self._done])
             if len(full) > len(prefix) and not full.endswith("\ufffd"):
                 start = len(self.text)
                 self.text += full[len(prefix) :]
                 self._prefix_offset = self._read_offset
-                self._read_offset = len(self.ids)
+                self._read_offset = self._done
                 self._check_stop(start)
 
     def _check_stop(self, new_from: int) -> None:
@@ -57,6 +81,8 @@ class Detokenizer:
 
     def flush(self, final: bool) -> str:
         """New text for the caller; while running, hold back a possible stop prefix."""
+        if self.lazy:
+            self._catch_up()
         end = len(self.text)
         if not final and self.stopped_by is None and self.stop:
             end -= self._held_back()
@@ -68,6 +94,7 @@ class Detokenizer:
     def final_text(self) -> str:
         if self.tok is None:
             return ""
+        self._catch_up()
         # Tokens still waiting for a complete character are decoded as they are.
         if self.stopped_by is None and self._read_offset < len(self.ids):
             tail = self._decode(self.ids[self._prefix_offset :])

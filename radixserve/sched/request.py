@@ -102,5 +102,13 @@ class Request:
         return max(0, min(by_max, by_ctx))
 
     @property
+    def can_decode(self) -> bool:
+        """`prefill_done`, only the last token lacks KV, and `remaining_tokens > 0`, in one
+        pass (the decode step asks it of every running request)."""
+        n_out = len(self.output_ids) + self.pending
+        tokens = len(self.prompt_ids) + n_out
+        return 0 < self.kv_len == tokens - 1 and self.params.max_tokens > n_out and self.max_context > tokens
+
+    @property
     def finished(self) -> bool:
         return self.status is Status.FINISHED

@@ -71,8 +71,13 @@ class RequestKV:
         return True
 
     def put_decode_slots(self, reqs: list[Request], slots: np.ndarray) -> None:
-        """One new slot per request (its next decode token), written in one scatter."""
-        self.slots[[r.row for r in reqs], [r.kv_len for r in reqs]] = slots
+        """One new slot per request (its next token) in a step built on the host (a mixed
+        step): into both copies of the table, since later decode steps read the device one."""
+        self.table.scatter(
+            np.fromiter((r.row for r in reqs), np.int64, len(reqs)),
+            np.fromiter((r.kv_len for r in reqs), np.int64, len(reqs)),
+            slots,
+        )
 
     def _own(self, req: Request) -> torch.Tensor:
         return torch.from_numpy(self.slots[req.row, : req.kv_len].astype(np.int64))

@@ -103,7 +103,9 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         p = req.params
-        req.detok = Detokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens)
+        req.detok = Detokenizer(
+            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens, lazy=not req.stream
+        )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
             self._jump_at_start(req)
         self.waiting.append(req)
@@ -291,11 +293,7 @@ class Scheduler:
     def _decode_rows(self, inflight: bool) -> tuple[list[Request], list[Request], bool] | None:
         """(decoding requests, jump-forward requests with forced tokens, whether any was
         retracted or aborted to make room); None: wait for the step in flight instead."""
-        reqs = [
-            r
-            for r in self.running
-            if r.prefill_done and r.kv_len == r.num_tokens - 1 and r.remaining_tokens > 0
-        ]
+        reqs = [r for r in self.running if r.can_decode]
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
         if inflight and self.cfg.hold_for_jumps and any(self._may_jump(r) for r in reqs):
             return None  # process the step in flight first: a jump then discards no token
@@ -375,7 +373,12 @@ class Scheduler:
             self.kv.release(req)
             self.running.remove(req)
         if reason == "abort":
-            self._aborted.append(make_output(req, [], None, final=True))
+            try:
+                out = make_output(req, [], None, final=True)
+            except Exception:  # noqa: BLE001 - its (lazy) detokenization failed: the abort carries no text
+                req.detok = None
+                out = make_output(req, [], None, final=True)
+            self._aborted.append(out)
 
     # ---- after a step --------------------------------------------------------------------
 

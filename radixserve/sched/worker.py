@@ -156,14 +156,10 @@ class Worker:
             self.post(aborted)
 
     def _launch(self, batch: Batch) -> StepHandle | Forwarded:
-        pos, rows = batch.pending()
-        top_k = max(
-            (r.params.top_logprobs for r, lp in zip(batch.reqs, batch.prompt_lp_rows) if lp), default=0
-        )
-        fb = batch.to_forward(self.runner.device)
+        step = batch.to_step(self.runner.device)
         if self.grammar is not None and any(r.grammar is not None for r in batch.reqs):
-            return self.runner.forward(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
-        return self.runner.launch(fb, batch.sampling, pos, rows, batch.prompt_lp_targets, top_k)
+            return self.runner.forward(step)
+        return self.runner.launch(step)
 
     def _sample(self, batch: Batch, launched: StepHandle | Forwarded) -> StepHandle:
         """Finish a split step: fill its bitmask from the matchers as they are now, sample."""

@@ -293,3 +293,14 @@ def test_worker_exception_reaches_every_waiting_caller() -> None:
 async def _with(body: Any) -> None:
     async with AsyncEngine(engine_config()) as engine:
         await body(engine)
+
+
+def test_complete_is_detokenized_at_the_end_with_the_streamed_text(engine: Engine, tokenizer: Any) -> None:
+    """complete() (no listener, no stop string) decodes once at the end: the same text as streaming."""
+    prompt = "Écris une phrase avec des accents et un emoji 🎉 :"
+    params = SamplingParams(temperature=0, max_tokens=12, skip_special_tokens=False)
+    done = engine.complete(prompt, params)
+    streamed = list(engine.generate(prompt, params))
+    assert done.token_ids == streamed[-1].token_ids
+    assert done.text == "".join(o.delta_text for o in streamed) == streamed[-1].text
+    assert done.text == tokenizer.decode(list(done.token_ids), skip_special_tokens=False)

@@ -15,6 +15,7 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.runner import StepResult
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.batch import Batch
@@ -38,11 +39,18 @@ class FakeModel:
 
     def step(self, batch: Batch, pending: dict[int, int]) -> StepResult:
         ids = list(batch.input_ids)
+        kv_indices = batch.kv_indices
+        if kv_indices is None:  # a decode step: its context comes from the table, as the runner builds it
+            step = batch.to_step(torch.device("cpu"))
+            assert step.decode is not None
+            last = torch.zeros(64, dtype=torch.int64)
+            fb = build_decode_batch(step.decode, self.sched.kv.table.device_table, last, last.device)
+            kv_indices = fb.kv_indices.numpy()
         off = 0
         kv_off = 0
         next_ids = []
         for req, p, e, s in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, batch.sample):
-            ctx = batch.kv_indices[kv_off : kv_off + p + e].tolist()
+            ctx = kv_indices[kv_off : kv_off + p + e].tolist()
             for j in range(e):
                 tok = ids[off + j]
                 if tok < 0:

@@ -1,0 +1,164 @@
+"""Host work per decode step, with long contexts, before vs after (two source trees, one run).
+
+Drives the scheduler the way the worker does, without a model: `schedule()`,
+turning the batch into the runner's input, and `process()` of a fake result
+(random tokens), for B requests of `--ctx` prompt tokens each. What the
+runner then enqueues on the device is not host work on a GPU and is left out
+of "host"; the column "dev_ops" is the time those ops (the decode batch built
+from the slot table) take when run on the CPU, for reference. Requests that
+nobody streams are detokenized at their end, so the per-step "process" of
+`complete` mode leaves that out; "process µs/token (whole run)" is all
+output processing of the run, the finishing steps included, per token. Each source
+tree runs in its own process (PYTHONPATH), so `--base /path/to/other/checkout`
+compares a branch against it.
+
+    python benchmarks/bench_host_step.py --base /work/main    # writes benchmarks/results/host_step_cpu.json
+    python benchmarks/bench_host_step.py --quick --base DIR   # smaller, for a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, environment, print_table, record, write_results  # noqa: E402
+
+
+def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[str, Any]]:
+    import torch
+    from transformers import AutoTokenizer
+
+    from radixserve.cache.allocator import SlotAllocator
+    from radixserve.cache.radix_tree import RadixCache
+    from radixserve.cache.req_table import ReqToSlotTable
+    from radixserve.model.embedded import embedded_model_dir
+    from radixserve.runtime.runner import StepResult
+    from radixserve.sampling_params import SamplingParams
+    from radixserve.sched.request import Request
+    from radixserve.sched.scheduler import Scheduler, SchedulerConfig
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    # "Sampled" tokens come from real text, so incremental detokenization does realistic work.
+    text_ids = tok.encode(
+        " ".join(f"Step {i}: the radix tree shares every prefix it has seen." for i in range(64))
+    )
+    cpu = torch.device("cpu")
+    chunk = SchedulerConfig().chunked_prefill_size
+    rows = []
+    for bs in bs_list:
+        rng = random.Random(bs)
+        warm = 4
+        # Early arrivals decode while the others prefill: room for them to go on until all run.
+        max_tokens = bs * ctx // chunk + warm + steps + 8
+        ctx_len = ctx + max_tokens + 8
+        alloc = SlotAllocator(bs * ctx_len)
+        table = ReqToSlotTable(bs, ctx_len)
+        sched = Scheduler(SchedulerConfig(max_running_requests=bs), alloc, RadixCache(alloc), table, tok)
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+        for i in range(bs):
+            ids = [rng.randrange(1000, 40000) for _ in range(ctx)]
+            sched.add(Request(f"r{i}", 0, ids, params, frozenset({2}), ctx_len, arrival=i, stream=stream))
+        timings: dict[str, list[float]] = {k: [] for k in ("schedule", "build", "process", "dev_ops")}
+        n_decode = 0
+        process_total = 0.0  # every step's output processing, the finishing ones included
+        k = 0
+        while sched.has_work:
+            t0 = time.perf_counter()
+            batch: Any = sched.schedule()
+            t1 = time.perf_counter()
+            if hasattr(batch, "to_step"):
+                step = batch.to_step(cpu)
+            else:  # the tree before StepInput: host-built forward batch
+                batch.pending()
+                step = batch.to_forward(cpu)
+            t2 = time.perf_counter()
+            dev = 0.0
+            if getattr(step, "decode", None) is not None:
+                from radixserve.runtime.decode_inputs import build_decode_batch
+
+                last = torch.zeros(bs, dtype=torch.int64)
+                d0 = time.perf_counter()
+                build_decode_batch(step.decode, table.device_table, last, cpu)
+                dev = time.perf_counter() - d0
+            k += 1
+            fake = [text_ids[(k + j) % len(text_ids)] for j in range(len(batch.sampling))]
+            res = StepResult(next_ids=fake)
+            t3 = time.perf_counter()
+            sched.process(batch, res)
+            t4 = time.perf_counter()
+            process_total += t4 - t3
+            decode = all(e == 1 for e in batch.extend_lens) and len(batch.reqs) == bs
+            if decode:
+                n_decode += 1
+                if warm < n_decode <= warm + steps:
+                    for key, v in (("schedule", t1 - t0), ("build", t2 - t1), ("process", t4 - t3)):
+                        timings[key].append(v)
+                    timings["dev_ops"].append(dev)
+        med = {key: 1e3 * statistics.median(v) for key, v in timings.items()}
+        med["host"] = med["schedule"] + med["build"] + med["process"]
+        per_token = 1e6 * process_total / (bs * max_tokens)
+        row = {"batch": bs, "ctx": ctx, "stream": stream, **{f"{key}_ms": v for key, v in med.items()}}
+        rows.append({**row, "process_us_per_token_whole_run": per_token})
+    return rows
+
+
+def run_tree(tree: Path, args: argparse.Namespace, stream: bool) -> list[dict[str, Any]]:
+    cmd = [sys.executable, __file__, "--child", "--ctx", str(args.ctx), "--steps", str(args.steps)]
+    cmd += ["--bs", *map(str, args.bs)] + (["--stream"] if stream else [])
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return list(json.loads(out.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", type=Path, help="the source tree to compare against (e.g. a main checkout)")
+    ap.add_argument("--bs", type=int, nargs="+", default=[32, 128, 256])
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/host_step_cpu.json")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.bs, args.ctx, args.steps, args.stream)))
+        return
+    if args.quick:
+        args.bs, args.ctx, args.steps = [4, 16], 128, 6
+    env = environment()
+    trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    results, table = [], []
+    for stream in (False, True):
+        got = {name: run_tree(tree, args, stream) for name, tree in trees}
+        for i, row in enumerate(got["this"]):
+            base = got["base"][i] if "base" in got else None
+            for name, r in (("base", base), ("this", row)):
+                if r is None:
+                    continue
+                mode = "stream" if stream else "complete"
+                keys = ("schedule_ms", "build_ms", "process_ms", "host_ms", "dev_ops_ms")
+                cells = [r[k] for k in (*keys, "process_us_per_token_whole_run")]
+                ratio = base["host_ms"] / r["host_ms"] if base is not None and name == "this" else None
+                table.append([r["batch"], r["ctx"], mode, name, *cells, ratio])
+                results.append(record("host_step", "none (fake result)", "-", "cpu", r, tree=name))
+    heads = ["batch", "ctx", "mode", "tree", "schedule", "build", "process", "host", "dev_ops"]
+    heads += ["process µs/token (whole run)", "host speedup"]
+    print("host ms per decode step at full batch (median); output processing per token over the whole run")
+    print_table(heads, table)
+    trees_doc = {name: str(tree) for name, tree in trees}
+    print(f"wrote {write_results(args.out, results, env, trees=trees_doc)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Lazy detokenization (nobody streams, no stop strings) gives the eager, incremental text."""
+
+from __future__ import annotations
+
+import random
+
+from transformers import AutoTokenizer
+
+from radixserve.model.embedded import embedded_model_dir
+from radixserve.sched.detokenizer import Detokenizer
+
+
+def test_lazy_text_equals_incremental_text() -> None:
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    rng = random.Random(0)
+    # Multi-byte characters split across tokens, specials, and random ids.
+    texts = ["héllo wörld 世界 🎉🎉 naïve café", "<|im_start|>user\nHi 👋<|im_end|>", "  spaced\n\ttabs  "]
+    seqs = [tok.encode(t) for t in texts] + [[rng.randrange(tok.vocab_size) for _ in range(40)]]
+    for ids in seqs:
+        for skip in (True, False):
+            eager = Detokenizer(tok, (), False, skip)
+            lazy = Detokenizer(tok, (), False, skip, lazy=True)
+            streamed = ""
+            for i in range(0, len(ids), 3):  # eager: tokens arrive a few at a time and are flushed
+                eager.add(ids[i : i + 3])
+                lazy.add(ids[i : i + 3])
+                streamed += eager.flush(False)
+            assert lazy.text == ""  # nothing decoded before the text is asked for
+            eager.final_text()
+            streamed += eager.flush(True)
+            assert lazy.final_text() == eager.text == streamed
+            assert lazy.flush(True) == streamed
+
+
+def test_stop_strings_keep_a_lazy_request_incremental() -> None:
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    d = Detokenizer(tok, ("world",), False, True, lazy=True)
+    assert not d.lazy
+    d.add(tok.encode("hello world and more"))
+    assert d.stopped_by == "world" and d.text == "hello "
