@@ -20,6 +20,9 @@ from radixserve.runtime.forward_batch import ForwardBatch
 
 class AttentionBackend(ABC):
     name: str = "base"
+    # Reads a decode batch's `cascade` groups (each shared prefix once per group);
+    # a backend without it computes the same attention from the whole contexts.
+    supports_cascade: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool
