@@ -100,9 +100,7 @@ def gather_segments(src: torch.Tensor, starts: list[int], lens: list[int]) -> to
     return src[pos]
 
 
-def cascade_indices(
-    kv_indices: torch.Tensor, seq_lens: list[int], groups: CascadeGroups
-) -> CascadeIndices:
+def cascade_indices(kv_indices: torch.Tensor, seq_lens: list[int], groups: CascadeGroups) -> CascadeIndices:
     """Cut the step's flat `kv_indices` (row after row) into level 0 and level 1."""
     b = len(seq_lens)
     offsets = [0, *itertools.accumulate(seq_lens)]

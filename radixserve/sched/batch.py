@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SamplingInputs
@@ -37,6 +38,8 @@ class Batch:
     prompt_lp_rows: list[list[int]] = field(default_factory=list)
     prompt_lp_targets: list[int] = field(default_factory=list)
     is_prefill: bool = False
+    # Decode only: rows sharing a context prefix (sched/cascade.py), for cascade attention.
+    cascade: CascadeGroups | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -87,4 +90,5 @@ class Batch:
             extend_lens=list(self.extend_lens),
             prefix_lens=list(self.prefix_lens),
             logit_rows=None if rows is None else dev(rows, torch.int64),
+            cascade=self.cascade,
         )

@@ -43,6 +43,7 @@ from radixserve.runtime.runner import StepResult
 from radixserve.runtime.sampler import SamplingInputs
 from radixserve.sched import grammar
 from radixserve.sched.batch import Batch
+from radixserve.sched.cascade import PrefixGrouper
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
 from radixserve.sched.request import Request, Status
@@ -59,6 +60,9 @@ class SchedulerConfig:
     decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
     lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
     defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
+    # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
+    # requests must share to read it once (sched/cascade.py); 0 turns grouping off.
+    cascade_min_shared: int = 0
 
 
 class Scheduler:
@@ -84,6 +88,11 @@ class Scheduler:
         self._chunking = False  # the last step was a chunk of a prompt with chunks left
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
+        self.grouper = (
+            PrefixGrouper(config.cascade_min_shared)
+            if config.cascade_min_shared and self.cache is not None
+            else None
+        )
 
     # ---- queue ---------------------------------------------------------------------------
 
@@ -269,6 +278,8 @@ class Scheduler:
             sampling=self._sampling_inputs(reqs),
             is_prefill=False,
         )
+        if self.grouper is not None:  # shared-prefix groups for cascade attention
+            batch.cascade = self.grouper.group([r.lock_node for r in reqs])
         self._advance([(r, 1) for r in reqs], batch.sample)
         return batch
 
