@@ -51,13 +51,16 @@ def attend(
     """
     b, n, hq, d = q.shape
     hkv = k.shape[2]
-    qg = q.float().reshape(b, n, hkv, hq // hkv, d)
-    s = torch.einsum("bnhgd,blhd->bhgnl", qg, k.float()) * scale  # [B, Hkv, G, n, L]
+    g = hq // hkv
+    # Query head h uses KV head h // g: lay each KV head's g query heads and n tokens as rows.
+    qg = q.float().view(b, n, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * n, d)
+    s = torch.matmul(qg, k.float().permute(0, 2, 3, 1)) * scale  # [B, Hkv, g*n, L]
     if valid is not None:
-        s = s.masked_fill(~valid[:, None, None, None, :], float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # [B, Hkv, G, n]
-    o = torch.einsum("bhgnl,blhd->bnhgd", torch.exp(s - lse[..., None]), v.float())
-    return o.reshape(b, n, hq, d), lse.permute(0, 3, 1, 2).reshape(b, n, hq)
+        s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # [B, Hkv, g*n]
+    o = torch.matmul(torch.exp(s - lse[..., None]), v.float().transpose(1, 2))  # [B, Hkv, g*n, D]
+    o = o.view(b, hkv, g, n, d).permute(0, 3, 1, 2, 4).reshape(b, n, hq, d)
+    return o, lse.view(b, hkv, g, n).permute(0, 3, 1, 2).reshape(b, n, hq)
 
 
 def cascade_forward(
