@@ -38,17 +38,25 @@ class EngineConfig:
     cuda_graph: bool = True
     # Shared-prefix (cascade) decode attention: requests that share at least
     # `cascade_min_shared` leading tokens in the radix tree read that prefix's K/V once per
-    # group. Used by the FlashInfer and torch backends (Triton: plain attention); such steps
-    # run outside CUDA graphs.
+    # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
+    # (such steps run outside CUDA graphs, so small savings stay on the graph path). Used by
+    # the FlashInfer and torch backends (Triton: plain attention).
     cascade_attention: bool = True
     cascade_min_shared: int = 256
+    cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
     seed: int = 0
     grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
     grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
 
     def __post_init__(self) -> None:
-        for name in ("chunked_prefill_size", "max_running_requests", "page_size", "cascade_min_shared"):
+        for name in (
+            "chunked_prefill_size",
+            "max_running_requests",
+            "page_size",
+            "cascade_min_shared",
+            "cascade_min_saved",
+        ):
             v = getattr(self, name)
             if v is None and name == "chunked_prefill_size":
                 continue
@@ -100,6 +108,7 @@ class EngineConfig:
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
             cascade_min_shared=self.cascade_min_shared if self.cascade_attention else 0,
+            cascade_min_saved=self.cascade_min_saved,
         )
 
 

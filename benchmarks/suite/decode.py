@@ -48,18 +48,22 @@ def weight_bytes(engine: AsyncEngine) -> int:
 
 def w5(ctx: Ctx, spec: str) -> None:
     """Cascade off, then on: one engine each, the same requests."""
-    min_shared = min(EngineConfig.cascade_min_shared, ctx.sizes.w5_prefix // 2)  # --quick: short prefix
+    # The engine's defaults, lowered only for --quick's short prefix.
+    min_shared = min(EngineConfig.cascade_min_shared, ctx.sizes.w5_prefix // 2)
+    min_saved = min(EngineConfig.cascade_min_saved, ctx.sizes.w5_prefix)
     for cascade in (False, True):
-        _w5(ctx, spec, cascade, min_shared)
+        _w5(ctx, spec, cascade, min_shared, min_saved)
 
 
-def _w5(ctx: Ctx, spec: str, cascade: bool, min_shared: int) -> None:
+def _w5(ctx: Ctx, spec: str, cascade: bool, min_shared: int, min_saved: int) -> None:
     t, s, rec = ctx.target, ctx.sizes, ctx.rec
     name = t.name(spec)
     vocab = t.vocab(spec)
     rng = random.Random(5)
     prefix = [rng.randrange(vocab) for _ in range(s.w5_prefix)]
-    cfg = t.config(spec, cascade_attention=cascade, cascade_min_shared=min_shared)
+    cfg = t.config(
+        spec, cascade_attention=cascade, cascade_min_shared=min_shared, cascade_min_saved=min_saved
+    )
     with running_engine(cfg) as (engine, loop):
         probe = StepProbe.attach(engine)
         per_token = engine.pool.config.bytes_per_slot  # type: ignore[union-attr]

@@ -75,13 +75,17 @@ class PrefixGrouper:
     """The scheduler's grouping of decode batches, cached while the batch's locked nodes stay the same.
 
     `min_shared` tokens is the least prefix worth a level of its own (below
-    that, the extra kernel and merge cost more than the reads they save).
+    that, the extra kernel and merge cost more than the reads they save);
+    `min_saved` is the least a step's groups must save in all (slot reads per
+    layer) for the step to use them, since a cascade step also gives up its
+    CUDA graph.
     """
 
-    def __init__(self, min_shared: int) -> None:
-        if min_shared < 1:
-            raise ValueError(f"min_shared must be >= 1, got {min_shared}")
+    def __init__(self, min_shared: int, min_saved: int = 0) -> None:
+        if min_shared < 1 or min_saved < 0:
+            raise ValueError(f"need min_shared >= 1 and min_saved >= 0, got {min_shared}, {min_saved}")
         self.min_shared = min_shared
+        self.min_saved = min_saved
         self._key: tuple[int, ...] | None = None
         self._groups: CascadeGroups | None = None
         self.steps = 0  # decode steps that carried groups
@@ -91,7 +95,10 @@ class PrefixGrouper:
         # Node ids are unique for the tree's lifetime (unlike id()), so an equal key is the same nodes.
         key = tuple(-1 if n is None else n.id for n in lock_nodes)
         if key != self._key:
-            self._key, self._groups = key, group_by_prefix(lock_nodes, self.min_shared)
+            groups = group_by_prefix(lock_nodes, self.min_shared)
+            if groups is not None and groups.saved_tokens < self.min_saved:
+                groups = None
+            self._key, self._groups = key, groups
         if self._groups is not None:
             self.steps += 1
             self.saved_tokens += self._groups.saved_tokens

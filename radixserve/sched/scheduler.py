@@ -63,6 +63,7 @@ class SchedulerConfig:
     # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
     # requests must share to read it once (sched/cascade.py); 0 turns grouping off.
     cascade_min_shared: int = 0
+    cascade_min_saved: int = 0  # ...and the least slot reads a step's groups must save to be used
 
 
 class Scheduler:
@@ -89,7 +90,7 @@ class Scheduler:
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
         self.grouper = (
-            PrefixGrouper(config.cascade_min_shared)
+            PrefixGrouper(config.cascade_min_shared, config.cascade_min_saved)
             if config.cascade_min_shared and self.cache is not None
             else None
         )

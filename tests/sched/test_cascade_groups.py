@@ -73,3 +73,4 @@ def test_grouper_caches_and_counts() -> None:
     first = g.group(nodes)
     assert g.group(nodes) is first and g.steps == 2 and g.saved_tokens == 2 * 300
     assert g.group([nodes[0], None]) is None and g.steps == 2
+    assert PrefixGrouper(256, min_saved=301).group(nodes) is None  # saves 300: not worth a step
