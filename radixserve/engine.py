@@ -141,6 +141,8 @@ class AsyncEngine:
         sched_cfg = cfg.scheduler_config()
         if not attn.supports_cascade:  # its kernels would ignore the groups: don't form them
             sched_cfg = replace(sched_cfg, cascade_min_shared=0)
+        elif sched_cfg.cascade_min_shared:
+            attn.prepare_cascade()  # kernels built at start, not in the first cascade step
         self.scheduler = Scheduler(sched_cfg, allocator, cache, table, loaded.tokenizer)
         runner = ModelRunner(loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device)
         if device.type == "cuda":

@@ -31,6 +31,9 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.scale = scale
 
+    def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Load what cascade steps need before the first one (kernels). Default: nothing."""
+
     def plan(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook, not abstract
         """Prepare per-step state shared by all layers. Default: nothing."""
 

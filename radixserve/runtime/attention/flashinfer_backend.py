@@ -254,6 +254,13 @@ class FlashInferAttention(AttentionBackend):
         slot.guard.after_plan()
         self._active = slot.wrapper
 
+    def prepare_cascade(self) -> None:
+        """Build (or load) FlashInfer's merge kernel now, at start-up, rather than in the
+        first cascade step (a JIT build takes tens of seconds)."""
+        v = torch.zeros(1, self.num_heads, self.head_dim, dtype=self.dtype, device=self.device)
+        s = torch.zeros(1, self.num_heads, dtype=torch.float32, device=self.device)
+        self._fi.merge_state_in_place(v, s, v.clone(), s.clone())
+
     def _plan_cascade(self, batch: ForwardBatch, groups: CascadeGroups) -> None:
         """Level 1 (every row's unique suffix) on a decode wrapper, level 0 (each
         group's shared prefix, once) on a non-causal prefill wrapper."""
