@@ -20,7 +20,7 @@ Sections (model; seconds on one H200, estimated from earlier runs):
 correctness (tiny, qwen2.5-0.5b, llama-3.1-8b; ~80), w1 (both, with the
 peer's sweep; ~150), w2 (llama; ~25), w3 (qwen; ~45), w4 (llama, mixed steps and
 prefill first, each with its W1; ~150), w5
-(llama; ~20), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90).
+(llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90).
 """
 
 from __future__ import annotations

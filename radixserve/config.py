@@ -40,13 +40,27 @@ class EngineConfig:
     context_length: int | None = None  # default: the model's max positions
     attention_backend: str = "auto"  # "auto", "flashinfer", "triton", "torch"
     cuda_graph: bool = True
+    # Shared-prefix (cascade) decode attention: requests that share at least
+    # `cascade_min_shared` leading tokens in the radix tree read that prefix's K/V once per
+    # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
+    # (such steps run outside CUDA graphs, so small savings stay on the graph path). Used by
+    # the FlashInfer and torch backends (Triton: plain attention).
+    cascade_attention: bool = True
+    cascade_min_shared: int = 256
+    cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
     seed: int = 0
     grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
     grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
 
     def __post_init__(self) -> None:
-        for name in ("chunked_prefill_size", "max_running_requests", "page_size"):
+        for name in (
+            "chunked_prefill_size",
+            "max_running_requests",
+            "page_size",
+            "cascade_min_shared",
+            "cascade_min_saved",
+        ):
             v = getattr(self, name)
             if v is None and name == "chunked_prefill_size":
                 continue
@@ -103,6 +117,8 @@ class EngineConfig:
             jump_forward_default=device != "cuda",
             hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
             mixed_steps=self.mixed_steps,
+            cascade_min_shared=self.cascade_min_shared if self.cascade_attention else 0,
+            cascade_min_saved=self.cascade_min_saved,
         )
 
 

@@ -138,7 +138,12 @@ class AsyncEngine:
         allocator = SlotAllocator(num_slots)
         cache = RadixCache(allocator, page_size=cfg.page_size)
         table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1, device=device)
-        self.scheduler = Scheduler(cfg.scheduler_config(), allocator, cache, table, loaded.tokenizer)
+        sched_cfg = cfg.scheduler_config()
+        if not attn.supports_cascade:  # its kernels would ignore the groups: don't form them
+            sched_cfg = replace(sched_cfg, cascade_min_shared=0)
+        elif sched_cfg.cascade_min_shared:
+            attn.prepare_cascade()  # kernels built at start, not in the first cascade step
+        self.scheduler = Scheduler(sched_cfg, allocator, cache, table, loaded.tokenizer)
         runner = ModelRunner(
             loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device, slot_table=table.device_table
         )
@@ -402,6 +407,10 @@ class AsyncEngine:
                 "forward_passes_saved": s.jump_forward_tokens - s.jump_discarded,
                 "mask_fill_s": self._worker.mask_fill_s if self._worker else 0.0,
                 "mask_rows": self._worker.mask_rows if self._worker else 0,
+                # Shared-prefix (cascade) decode: steps that read shared prefixes once per
+                # group, and the K/V slot reads (per layer) they avoided.
+                "cascade_steps": s.grouper.steps if s.grouper is not None else 0,
+                "cascade_saved_slot_reads": s.grouper.saved_tokens if s.grouper is not None else 0,
             }
 
         return dict(await self._call(read))

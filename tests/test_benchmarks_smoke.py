@@ -199,13 +199,23 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     assert get("W1", "radixserve streaming", "output_tok_s")["value"] > 0
     ratio = [r for r in recs if r["workload"] == "W1-peer" and r["metric"] == "ratio"]
     assert len(ratio) == 1 and ratio[0]["swept"] and ratio[0]["value"] > 0
-    # W5 (quick: prefix 128 + 8 own tokens, 8 out, N = 4 and 8), K/V read per step from kv_indices.
+    # W5 (quick: prefix 128 + 8 own tokens, 8 out, N = 4 and 8), K/V read per step from kv_indices,
+    # cascade off and on.
     for n in (4, 8):
         kv = get("W5", f"N={n} cascade=off", "kv_bytes_per_decode_step")
         assert kv["bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 heads of 16, float32
         assert n * (128 + 8) <= kv["kv_tokens"] <= n * (128 + 8 + 8)
         assert kv["value"] == kv["kv_tokens"] * kv["bytes_per_token"]
         assert get("W5", f"N={n} cascade=off", "output_tok_s")["prefix_cached_frac"] == 1.0
+        # Cascade on: every decode step groups the N rows, so the 128-token prefix is read once.
+        on = get("W5", f"N={n} cascade=on", "kv_bytes_per_decode_step")
+        assert (
+            abs(on["kv_tokens"] - (kv["kv_tokens"] - (n - 1) * 128)) <= n
+        )  # medians: one step apart at most
+        steps = get("W5", f"N={n} cascade=on", "output_tok_s")
+        assert steps["cascade_steps"] >= steps["decode_steps"] > 0
+        att = get("W5", f"N={n} cascade=on", "attention_ms_per_step")
+        assert att["cascade_used"] and att["value"] > 0
     for bs in (4, 8):
         host = get("host", f"batch={bs} ctx=32", "host_ms_per_decode_step")
         assert host["value"] > 0 and host["steps"] > 0 and "missing_hooks" not in host

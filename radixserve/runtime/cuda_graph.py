@@ -9,6 +9,7 @@ one slot more than the allocator hands out).
 
 Only backends that can plan a fixed-size decode state outside the graph take
 part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
+Decode steps that carry shared-prefix groups (cascade attention) run eagerly.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class DecodeGraphs:
         torch.cuda.synchronize(self.device)
 
     def can_run(self, fb: ForwardBatch) -> bool:
-        return fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None
+        # Cascade (shared-prefix) steps run eagerly: their level sizes (groups, prefix
+        # lengths) change the kernels' launch shapes, which a fixed graph cannot follow.
+        return fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None and fb.cascade is None
 
     def run(self, fb: ForwardBatch) -> torch.Tensor:
         """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""

@@ -79,4 +79,5 @@ def build_decode_batch(
         kv_indices=kv_indices,
         extend_lens=[1] * b,
         prefix_lens=prefix_lens,
+        cascade=inp.cascade,
     )

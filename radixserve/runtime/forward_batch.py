@@ -14,6 +14,11 @@ torch and Triton backends read it the same way.
 
 Host-side copies of the lengths travel with the batch (the scheduler knows
 them without asking the device), so no backend needs a device-to-host sync.
+
+`cascade` (decode steps only, optional): rows grouped by a shared context
+prefix (runtime/cascade.py). A backend that supports it (`supports_cascade`)
+reads each group's prefix once; one that does not ignores it, since
+`kv_indices` always holds every row's whole context.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from radixserve.runtime.cascade import CascadeGroups
 
 
 @dataclass
@@ -36,6 +43,8 @@ class ForwardBatch:
     # Rows of the flat token axis whose logits are wanted. None: the last new
     # token of each request (what sampling needs).
     logit_rows: torch.Tensor | None = None
+    # Shared-prefix groups of a decode step (runtime/cascade.py); None: plain attention.
+    cascade: CascadeGroups | None = None
 
     @property
     def batch_size(self) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.sampler import SamplingInputs
 
@@ -34,6 +35,9 @@ class DecodeInputs:
     # The input token, or -1 where it is still being sampled by the previous
     # step (the runner then takes it from its on-device last-token buffer).
     input_ids: np.ndarray
+    # Rows grouped by a shared context prefix, read once per group by a backend
+    # with cascade attention (runtime/cascade.py); None: plain attention.
+    cascade: CascadeGroups | None = None
 
     @property
     def batch_size(self) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SamplingInputs
@@ -47,6 +48,8 @@ class Batch:
     def is_decode(self) -> bool:
         """Built by the decode path: one token per request, context gathered on the device."""
         return self.rows is not None
+    # Decode only: rows sharing a context prefix (sched/cascade.py), for cascade attention.
+    cascade: CascadeGroups | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -79,6 +82,7 @@ class Batch:
                 prefix_lens=np.asarray(self.prefix_lens, dtype=np.int64),
                 out_slots=self.out_slots,
                 input_ids=np.asarray(self.input_ids, dtype=np.int64),
+                cascade=self.cascade,
             )
             return StepInput(forward=None, decode=dec, sampling=self.sampling)
         pos, rows = self.pending()
@@ -121,4 +125,5 @@ class Batch:
             extend_lens=list(self.extend_lens),
             prefix_lens=list(self.prefix_lens),
             logit_rows=None if rows is None else dev(rows, torch.int64),
+            cascade=self.cascade,
         )

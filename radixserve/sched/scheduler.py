@@ -47,6 +47,7 @@ from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.runtime.runner import StepResult
 from radixserve.sched import batch_build, grammar
 from radixserve.sched.batch import Batch
+from radixserve.sched.cascade import PrefixGrouper
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
 from radixserve.sched.request import Request, Status
@@ -73,6 +74,10 @@ class SchedulerConfig:
     # Overlap hides nothing there, and a jump then discards no in-flight token.
     hold_for_jumps: bool = False
     mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
+    # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
+    # requests must share to read it once (sched/cascade.py); 0 turns grouping off.
+    cascade_min_shared: int = 0
+    cascade_min_saved: int = 0  # ...and the least slot reads a step's groups must save to be used
 
 
 class Scheduler:
@@ -98,6 +103,11 @@ class Scheduler:
         self._chunking = False  # prefill first: the last step was a chunk with chunks left
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward
         self.jump_discarded = 0  # in-flight tokens dropped for a jump
+        self.grouper = (
+            PrefixGrouper(config.cascade_min_shared, config.cascade_min_saved)
+            if config.cascade_min_shared and self.cache is not None
+            else None
+        )
 
     # ---- queue ---------------------------------------------------------------------------
 
@@ -342,7 +352,12 @@ class Scheduler:
     ) -> Batch | None:
         """Decode rows first, then forced tokens, then prefill chunks; None when all are empty."""
         if not forced and not picked:
-            return batch_build.decode(self.kv, reqs, slots) if slots is not None else None
+            if slots is None:
+                return None
+            batch = batch_build.decode(self.kv, reqs, slots)
+            if self.grouper is not None:  # shared-prefix groups for cascade attention
+                batch.cascade = self.grouper.group([r.lock_node for r in reqs])
+            return batch
         if slots is not None:
             self.kv.put_decode_slots(reqs, slots)
         batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)

@@ -20,6 +20,9 @@ from radixserve.runtime.forward_batch import ForwardBatch
 
 class AttentionBackend(ABC):
     name: str = "base"
+    # Reads a decode batch's `cascade` groups (each shared prefix once per group);
+    # a backend without it computes the same attention from the whole contexts.
+    supports_cascade: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool
@@ -27,6 +30,9 @@ class AttentionBackend(ABC):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale
+
+    def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Load what cascade steps need before the first one (kernels). Default: nothing."""
 
     def plan(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook, not abstract
         """Prepare per-step state shared by all layers. Default: nothing."""

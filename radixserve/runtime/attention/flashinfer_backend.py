@@ -17,6 +17,16 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
   planning never reads the device.
 - One float workspace is shared by every wrapper: they run one after the other
   on one stream.
+- Shared-prefix (cascade) decode steps (`batch.cascade`, runtime/cascade.py):
+  level 1 is the decode wrapper over each row's context after its group's
+  prefix (`return_lse=True`); level 0 is a prefill wrapper, non-causal, whose
+  "requests" are the groups: each group's queries against its shared prefix,
+  read once. `merge_state_in_place` folds level 0 into level 1's rows. This is
+  the two-level case of FlashInfer's `MultiLevelCascadeAttentionWrapper`
+  (prefill wrappers per level, then `merge_state_in_place`), composed by hand
+  so that rows in no group skip level 0 (that wrapper needs every query at
+  every level) and the bottom level keeps the tensor-core decode kernel.
+  These steps run eagerly, outside the CUDA graphs.
 
 CUDA graphs for decode (the runner's side):
 
@@ -47,6 +57,7 @@ import torch
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
 
 WORKSPACE_BYTES = 128 << 20
@@ -119,6 +130,7 @@ def _ones(n: int) -> torch.Tensor:
 
 class FlashInferAttention(AttentionBackend):
     name = "flashinfer"
+    supports_cascade = True
 
     def __init__(
         self,
@@ -169,8 +181,15 @@ class FlashInferAttention(AttentionBackend):
             )
             for _ in range(2)
         ]
-        self._turn = {"prefill": 0, "decode": 0}
+        # Level 0 of cascade steps: the groups' queries against their shared prefixes.
+        self._shared = [
+            _Slot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
+            for _ in range(2)
+        ]
+        self._turn = {"prefill": 0, "decode": 0, "shared": 0}
         self._active: Any = None
+        self._shared_active: Any = None  # set for a cascade step
+        self._grouped_rows: torch.Tensor | None = None  # level 0's rows; None: all, in order
         self._graph_indices: torch.Tensor | None = None
         # Page-size-1 views of each layer's buffers, made once.
         self._caches = [
@@ -179,17 +198,20 @@ class FlashInferAttention(AttentionBackend):
         ]
 
     def _next(self, kind: str) -> _Slot:
-        slots = self._prefill if kind == "prefill" else self._decode
+        slots = {"prefill": self._prefill, "decode": self._decode, "shared": self._shared}[kind]
         i = self._turn[kind]
         self._turn[kind] = i ^ 1
         return slots[i]
 
     def _plan_decode(self, slot: _Slot, batch: ForwardBatch) -> None:
+        self._plan_paged_decode(slot, batch.seq_lens, batch.kv_indices)
+
+    def _plan_paged_decode(self, slot: _Slot, lens: list[int], indices: torch.Tensor) -> None:
         slot.guard.before_plan()
         slot.wrapper.plan(
-            _host_indptr(batch.seq_lens),
-            batch.kv_indices,
-            _ones(batch.batch_size),
+            _host_indptr(lens),
+            indices,
+            _ones(len(lens)),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
@@ -204,6 +226,10 @@ class FlashInferAttention(AttentionBackend):
         self._active = slot.wrapper
 
     def plan(self, batch: ForwardBatch) -> None:
+        self._shared_active = None
+        if batch.is_decode and batch.cascade is not None:
+            self._plan_cascade(batch, batch.cascade)
+            return
         if batch.is_decode:
             self._plan_decode(self._next("decode"), batch)
             return
@@ -228,6 +254,40 @@ class FlashInferAttention(AttentionBackend):
         slot.guard.after_plan()
         self._active = slot.wrapper
 
+    def prepare_cascade(self) -> None:
+        """Build (or load) FlashInfer's merge kernel now, at start-up, rather than in the
+        first cascade step (a JIT build takes tens of seconds)."""
+        v = torch.zeros(1, self.num_heads, self.head_dim, dtype=self.dtype, device=self.device)
+        s = torch.zeros(1, self.num_heads, dtype=torch.float32, device=self.device)
+        self._fi.merge_state_in_place(v, s, v.clone(), s.clone())
+
+    def _plan_cascade(self, batch: ForwardBatch, groups: CascadeGroups) -> None:
+        """Level 1 (every row's unique suffix) on a decode wrapper, level 0 (each
+        group's shared prefix, once) on a non-causal prefill wrapper."""
+        idx = cascade_indices(batch.kv_indices, batch.seq_lens, groups)
+        self._plan_paged_decode(self._next("decode"), idx.suffix_lens, idx.suffix_indices)
+        slot = self._next("shared")
+        slot.guard.before_plan()
+        slot.wrapper.plan(
+            _host_indptr(idx.group_sizes),
+            _host_indptr(idx.prefix_lens),
+            idx.prefix_indices,
+            _ones(len(idx.prefix_lens)),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            1,
+            causal=False,
+            pos_encoding_mode="NONE",
+            sm_scale=self.scale,
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+            non_blocking=True,
+        )
+        slot.guard.after_plan()
+        self._shared_active = slot.wrapper
+        self._grouped_rows = idx.grouped_rows
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
     ) -> torch.Tensor:
@@ -235,8 +295,22 @@ class FlashInferAttention(AttentionBackend):
             raise RuntimeError("FlashInferAttention.forward before plan()")
         self.pool.write(layer, batch.out_slots, k, v)
         qc = q.to(self.dtype).contiguous()
-        out = self._active.run(qc, self._caches[layer])
+        if self._shared_active is not None:
+            out = self._cascade_run(qc, self._caches[layer])
+        else:
+            out = self._active.run(qc, self._caches[layer])
         return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    def _cascade_run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        out, lse = self._active.run(q, cache, return_lse=True)  # level 1: [B, Hq, D], [B, Hq]
+        rows = self._grouped_rows
+        o0, lse0 = self._shared_active.run(q if rows is None else q[rows], cache, return_lse=True)
+        if rows is None:  # every row is grouped, groups in row order: merge in place
+            self._fi.merge_state_in_place(out, lse, o0, lse0)
+            return out
+        o1, lse1 = out[rows], lse[rows]
+        self._fi.merge_state_in_place(o1, lse1, o0, lse0)
+        return out.index_copy_(0, rows, o1)
 
     # --- CUDA graphs (decode) -------------------------------------------------
 
@@ -283,4 +357,5 @@ class FlashInferAttention(AttentionBackend):
             raise ValueError(
                 f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
             )
+        self._shared_active = None
         self._plan_decode(state.slot, batch)

@@ -2,7 +2,8 @@
 (one batched, padded call for a decode step).
 
 Correct on any device and the yardstick for the Triton and FlashInfer
-backends; slow on a GPU (a Python loop over requests).
+backends; slow on a GPU (a Python loop over requests). A decode step that
+carries shared-prefix groups takes the cascade path (torch_cascade.py).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
 class TorchAttention(AttentionBackend):
     name = "torch"
+    supports_cascade = True
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host-side offsets, so the per-layer loop slices without device syncs.
@@ -26,7 +29,10 @@ class TorchAttention(AttentionBackend):
             self._kv.append(self._kv[-1] + p + e)
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
         self._decode: tuple[torch.Tensor, torch.Tensor] | None = None
-        if batch.is_decode and batch.batch_size > 1:
+        self._cascade: TorchCascadePlan | None = None
+        if batch.cascade is not None and batch.is_decode:
+            self._cascade = plan_cascade(batch, batch.cascade)
+        elif batch.is_decode and batch.batch_size > 1:
             self._decode = self._plan_decode(batch)
 
     def _plan_decode(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,6 +60,8 @@ class TorchAttention(AttentionBackend):
         self.pool.write(layer, batch.out_slots, k, v)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         gqa = self.num_heads != self.num_kv_heads
+        if self._cascade is not None:
+            return cascade_forward(q, k_buf, v_buf, self._cascade, self.scale)
         if self._decode is not None:
             slots, dmask = self._decode
             kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]

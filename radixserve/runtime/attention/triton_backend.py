@@ -5,6 +5,8 @@ the same `kv_indptr` / `kv_indices` the scheduler builds, so no layout
 conversion happens. A pure-decode step runs the split-K decode kernel;
 any step with a multi-token request runs the extend kernel for all rows.
 On the CPU the kernels run under `TRITON_INTERPRET=1` (tests only).
+Shared-prefix (cascade) groups are not used here: a decode step reads every
+row's whole context (`supports_cascade` is False, so the engine forms none).
 
 Decode is capturable in a CUDA graph when `decode_splits` is fixed (the grid
 then depends on the batch size alone): the kernels read each request's range
