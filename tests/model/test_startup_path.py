@@ -109,3 +109,17 @@ def test_plain_config_json_equals_transformers(tmp_path: Path, model_type: str, 
     # Without a key whose default depends on the model type, transformers reads the file.
     del raw["rms_norm_eps"]
     assert plain_hf_config(raw) is None
+
+
+def test_gate_up_rows_are_the_files_own_bytes(embedded: LoadedModel) -> None:
+    """gate/up lie back to back in the file: the fused weight is a view of it, equal to its parts."""
+    import torch
+    from safetensors import safe_open
+
+    assert embedded.path is not None
+    path = Path(embedded.path) / "model.safetensors"
+    layer = embedded.model.model.layers[3].mlp.gate_up_proj  # type: ignore[union-attr, index]
+    with safe_open(str(path), framework="pt") as f:
+        parts = [f.get_tensor(f"model.layers.3.mlp.{p}_proj.weight") for p in ("gate", "up")]
+    assert torch.equal(layer.weight, torch.cat(parts))
+    assert layer.weight.untyped_storage().nbytes() == path.stat().st_size  # mapped, not copied
