@@ -70,8 +70,8 @@ def direct_tokenizer(folder: Path, generic_classes: frozenset[str]) -> TextToken
 def _direct_applies(folder: Path, config: dict[str, Any], backend: Any) -> bool:
     if backend.truncation or backend.padding or backend.post_processor is None:
         return False  # transformers would reset them or build a post-processor
-    if config.get("clean_up_tokenization_spaces") and type(backend.model).__name__ != "BPE":
-        return False  # transformers cleans decoded text (it skips that for BPE)
+    if config.get("clean_up_tokenization_spaces"):
+        return False  # transformers may clean decoded text (4.x does, 5 not for BPE)
     added = {
         t.content: {"id": i, **{k: getattr(t, k) for k in TOKEN_FLAGS}}
         for i, t in backend.get_added_tokens_decoder().items()
