@@ -5,7 +5,8 @@
 Each figure is a fresh interpreter (`sys.executable`), after the one-time
 conversion of the embedded model (run once before: `radixserve generate hi`).
 - cli: wall time from spawning `python -m radixserve generate "Hi" --max-tokens 1`
-  to its first byte on stdout (the first token) and to its exit;
+  to its first byte on stdout (the first token) and to its exit; the same with
+  `--chat` (the chat template: transformers' tokenizer is loaded for it);
 - pytest: wall time of `pytest` running one test that asks the
   `radixserve_engine` fixture for one token (collection, plugin, load, token);
 - phases: the same start in one process, timed step by step (import torch,
@@ -44,7 +45,7 @@ from radixserve import AsyncEngine, EngineConfig, SamplingParams
 import radixserve.engine; mark("import radixserve.engine")
 # engine.start split by timing its steps in place (names both the old and the new code have).
 import radixserve.model.loader as loader
-spent = {"weights": 0.0, "tokenizer (with import transformers)": 0.0, "KV pool": 0.0}
+spent = {"weights": 0.0, "tokenizer": 0.0, "KV pool": 0.0}
 def timed(key, fn):
     def run(*a, **k):
         s = time.perf_counter()
@@ -54,7 +55,7 @@ def timed(key, fn):
             spent[key] += time.perf_counter() - s
     return run
 loader.load_checkpoint = timed("weights", loader.load_checkpoint)
-loader.load_tokenizer = timed("tokenizer (with import transformers)", loader.load_tokenizer)
+loader.load_tokenizer = timed("tokenizer", loader.load_tokenizer)
 radixserve.engine.KVPool = timed("KV pool", radixserve.engine.KVPool)
 import asyncio
 async def main():
@@ -70,8 +71,9 @@ async def main():
         pass
     mark("first token")
     await engine.shutdown()
-HEAVY = ("torch.distributed.tensor", "transformers.modeling_utils", "transformers.configuration_utils",
-         "transformers.models.auto.configuration_auto", "transformers.generation")
+HEAVY = ("transformers", "torch.distributed.tensor", "transformers.modeling_utils",
+         "transformers.configuration_utils", "transformers.models.auto.configuration_auto",
+         "transformers.generation")
 asyncio.run(main())
 print(json.dumps(marks))
 """
@@ -87,8 +89,9 @@ def _env(root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def cli_once(root: Path = ROOT) -> dict[str, float]:
+def cli_once(root: Path = ROOT, chat: bool = False) -> dict[str, float]:
     cmd = [sys.executable, "-m", "radixserve", "generate", "Hi", "--max-tokens", "1", "--device", "cpu"]
+    cmd += ["--chat"] if chat else []
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(root), cwd=root)
     assert proc.stdout is not None
@@ -129,6 +132,7 @@ def phases_once(root: Path = ROOT) -> dict[str, Any]:
 
 def measure(root: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
     runs["cli"].append(cli_once(root))
+    runs["cli --chat"].append(cli_once(root, chat=True))
     runs["pytest"].append(pytest_once(root))
     runs["phases"].append(phases_once(root))
 
@@ -139,6 +143,8 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for k in ("first_token_s", "exit_s"):
         vals = [r[k] for r in runs["cli"]]
         out[f"radixserve generate: {k}"] = (min(vals), statistics.median(vals))
+    vals = [r["first_token_s"] for r in runs["cli --chat"]]
+    out["radixserve generate --chat: first_token_s"] = (min(vals), statistics.median(vals))
     vals = [r["total_s"] for r in runs["pytest"]]
     out["pytest, one test on the fixture"] = (min(vals), statistics.median(vals))
     best = min(runs["phases"], key=lambda r: r["first token"])
@@ -172,7 +178,7 @@ def main() -> int:
     for root in roots.values():
         cli_once(root)  # warm the page cache and the converted-model cache
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        k: {"cli": [], "pytest": [], "phases": []} for k in roots
+        k: {"cli": [], "cli --chat": [], "pytest": [], "phases": []} for k in roots
     }
     for _ in range(args.repeats):  # interleaved, so load changes hit every setting alike
         for key, root in roots.items():
@@ -193,7 +199,7 @@ def main() -> int:
         rows.append(row)
     print_table(headers, rows)
     for k, mods in heavy.items():
-        print(f"{k}: heavy transformers modules imported by engine.start: {mods or 'none'}")
+        print(f"{k}: transformers modules imported by engine.start: {mods or 'none'}")
     write_results(
         args.out,
         [{"setting": k, "root": str(roots[k]), "runs": runs[k], "heavy_modules": heavy[k]} for k in roots],

@@ -28,6 +28,7 @@ import xgrammar as xgr
 
 from radixserve.constrained.json_schema import prepare
 from radixserve.constrained.spec import GrammarSpec
+from radixserve.model.text_tokenizer import transformers_tokenizer
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")  # "[08:34:09] /project/cpp/x.cc:94: "
 
@@ -112,6 +113,7 @@ class XGrammarMatcher:
 
 class XGrammarBackend:
     def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Iterable[int], threads: int = 2) -> None:
+        tokenizer = transformers_tokenizer(tokenizer)  # xgrammar reads transformers' tokenizer
         self.vocab_size = vocab_size
         self.info = tokenizer_info(tokenizer, vocab_size, stop_ids)
         # Our GrammarCache is the (bounded) cache: xgrammar's own would grow without limit.

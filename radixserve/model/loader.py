@@ -146,11 +146,12 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     hf_config, hf_source = _read_hf_config(folder)
     cls, config = _model_config(hf_config)
     files = None if dummy else checkpoint_files(folder)  # fail on missing files before building
-    # The tokenizer (mostly importing transformers: Python, under the GIL) loads in a
-    # thread while the weights are copied (torch kernels, which release the GIL).
+    model = _instantiate(cls, config, dtype, device)
+    # The tokenizer loads in a thread while the weights are copied: parsing tokenizer.json
+    # holds the GIL, torch's copies release it, so the two overlap only from here on
+    # (started before `_instantiate`, it would stall that Python code instead).
     with ThreadPoolExecutor(1, thread_name_prefix="radixserve-tokenizer") as pool:
         pending = pool.submit(load_tokenizer, folder)
-        model = _instantiate(cls, config, dtype, device)
         if files is None:
             init_dummy_weights(model, seed=DUMMY_SEED)
         else:

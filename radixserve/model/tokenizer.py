@@ -1,4 +1,8 @@
-"""Thin helpers over transformers tokenizers: loading, chat prompts as ids, the EOS set."""
+"""Thin helpers over tokenizers: loading, chat prompts as ids, the EOS set.
+
+A plain tokenizer.json loads as `TextTokenizer` (the `tokenizers` library, no
+transformers import); any other folder as transformers' tokenizer.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from radixserve.model.text_tokenizer import direct_tokenizer
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # tokenizer_config.json classes that AutoTokenizer resolves to `PreTrainedTokenizerFast`
@@ -19,6 +25,9 @@ def load_tokenizer(folder: Path | str) -> Any | None:
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
+    direct = direct_tokenizer(folder, GENERIC_FAST_CLASSES)
+    if direct is not None:
+        return direct
     if (folder / "tokenizer.json").is_file() and _tokenizer_class(folder) in GENERIC_FAST_CLASSES:
         from transformers import PreTrainedTokenizerFast
 

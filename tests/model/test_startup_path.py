@@ -1,6 +1,6 @@
 """The fast load path of a converted model: config.json read without transformers' config
-machinery (same ModelConfig as transformers' reading), the generic fast tokenizer loaded
-directly (same tokenizer as AutoTokenizer's), and none of the heavy modules imported."""
+machinery (same ModelConfig as transformers' reading), the tokenizer.json run directly
+(same tokenizer as AutoTokenizer's), and none of the heavy modules imported."""
 
 from __future__ import annotations
 
@@ -57,12 +57,12 @@ def test_embedded_config_and_tokenizer_equal_transformers_reading(embedded: Load
     assert embedded.hf_config.model_type == "llama"  # read by transformers on demand
     ref = AutoTokenizer.from_pretrained(str(folder))
     ours = embedded.tokenizer
-    assert type(ours) is type(ref)
+    assert type(ours.hf) is type(ref)  # transformers' tokenizer behind ours, loaded on demand
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "héllo <|im_end|>"}]
     kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
     assert ours.apply_chat_template(chat, **kw) == ref.apply_chat_template(chat, **kw)
     for text in ("Hello, world!", "  spaces\tand\nnewlines ", "数学 émoji 🙂", "<|im_start|>user"):
-        assert ours(text)["input_ids"] == ref(text)["input_ids"]
+        assert ours.encode(text) == ref(text)["input_ids"]
         assert ours.decode(ours.encode(text)) == ref.decode(ref.encode(text))
     assert (ours.eos_token_id, ours.bos_token_id, ours.pad_token_id) == (
         ref.eos_token_id,
@@ -109,3 +109,17 @@ def test_plain_config_json_equals_transformers(tmp_path: Path, model_type: str, 
     # Without a key whose default depends on the model type, transformers reads the file.
     del raw["rms_norm_eps"]
     assert plain_hf_config(raw) is None
+
+
+def test_gate_up_rows_are_the_files_own_bytes(embedded: LoadedModel) -> None:
+    """gate/up lie back to back in the file: the fused weight is a view of it, equal to its parts."""
+    import torch
+    from safetensors import safe_open
+
+    assert embedded.path is not None
+    path = Path(embedded.path) / "model.safetensors"
+    layer = embedded.model.model.layers[3].mlp.gate_up_proj  # type: ignore[union-attr, index]
+    with safe_open(str(path), framework="pt") as f:
+        parts = [f.get_tensor(f"model.layers.3.mlp.{p}_proj.weight") for p in ("gate", "up")]
+    assert torch.equal(layer.weight, torch.cat(parts))
+    assert layer.weight.untyped_storage().nbytes() == path.stat().st_size  # mapped, not copied
