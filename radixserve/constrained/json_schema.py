@@ -36,7 +36,8 @@ are all valid for the original:
   becomes required (stricter, never invalid). xgrammar reads an allOf it
   cannot merge as any value at all.
 
-Raw control characters (which JSON forbids in strings and xgrammar's
+Patterns go through `regex_rewrite.optional_groups` (xgrammar misreads
+`(ab*)?`). Raw control characters (which JSON forbids in strings and xgrammar's
 length-bounded string rule lets through) are excluded by the backend instead:
 JSON schemas compile against a vocabulary without the tokens that hold one.
 
@@ -50,6 +51,8 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
+
+from radixserve.constrained.regex_rewrite import optional_groups
 
 _MERGE_UNION = ("required",)
 # Keywords that stay beside a oneOf/anyOf when the others move into its branches.
@@ -106,6 +109,8 @@ def _walk(node: Any, root: dict[str, Any], depth: int) -> Any:
     if is_array and "items" not in node and "prefixItems" not in node:
         node["items"] = {}
     node = _bounded_pattern(node)
+    if isinstance(node.get("pattern"), str):
+        node["pattern"] = optional_groups(node["pattern"])
     node = _typed_values(node)
     if isinstance(node, dict) and node is not False:
         _required_properties(node)

@@ -27,6 +27,7 @@ import torch
 import xgrammar as xgr
 
 from radixserve.constrained.json_schema import prepare
+from radixserve.constrained.regex_rewrite import optional_groups
 from radixserve.constrained.spec import GrammarSpec
 from radixserve.model.text_tokenizer import transformers_tokenizer
 
@@ -134,7 +135,7 @@ class XGrammarBackend:
                     schema, any_whitespace=False, separators=(", ", ": ")
                 )
             if spec.kind == "regex":
-                return self.compiler.compile_regex(spec.text)
+                return self.compiler.compile_regex(optional_groups(spec.text))
             if spec.kind == "ebnf":
                 return self.compiler.compile_grammar(spec.text)
             if spec.kind == "choice":

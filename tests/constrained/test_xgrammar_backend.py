@@ -192,3 +192,18 @@ def test_lengths_beside_a_pattern_required_names_and_typed_enums(
     assert accepts(missing, '{"a": "x", "b": 1}')
     wrong_enum = {"type": "object", "properties": {"t": {"type": "array", "enum": ["code"]}}}
     assert not accepts(wrong_enum, '{"t": "code"}') and accepts(wrong_enum, "{}")
+
+
+def test_optional_group_ending_in_a_repeat(backend: XGrammarBackend, tokenizer: Any) -> None:
+    # xgrammar alone reads `(ab*)?` as `a?b*`: "//" passed for a URL-path pattern.
+    def accepts(grammar: GrammarSpec, text: str) -> bool:
+        m = backend.matcher(backend.compile(grammar))
+        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
+            m.accept_token(backend.info.stop_token_ids[0])
+        )
+
+    path = "^/([a-z]+(/[a-z]*)*)?$"
+    schema = GrammarSpec("json_schema", '{"type": "string", "pattern": "%s"}' % path)
+    assert accepts(schema, '"/ab/c"') and accepts(schema, '"/"') and not accepts(schema, '"//"')
+    regex = GrammarSpec("regex", "x(ab*)?")
+    assert accepts(regex, "xabb") and accepts(regex, "x") and not accepts(regex, "xb")
