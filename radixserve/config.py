@@ -45,7 +45,9 @@ class EngineConfig:
     # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
     # (such steps run outside CUDA graphs, so small savings stay on the graph path). Used by
     # the FlashInfer and torch backends (Triton: plain attention).
-    cascade_attention: bool = True
+    # Off by default: on the H200 (W5, BENCHMARKS.md) the two-level step read 10x less K/V but
+    # ran 4x slower (eager, per-step planning of the prefix level, a slow prefix kernel).
+    cascade_attention: bool = False
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25

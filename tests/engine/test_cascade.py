@@ -43,7 +43,7 @@ async def _body(engine: AsyncEngine, prompts: list[list[int]]) -> tuple[list[Any
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "lockstep"])
 def test_cascade_decode_matches_transformers(overlap: bool, cases: Any) -> None:
     prompts, refs = cases
-    cfg = engine_config(overlap=overlap, cascade_min_shared=16, cascade_min_saved=16)
+    cfg = engine_config(overlap=overlap, cascade_attention=True, cascade_min_shared=16, cascade_min_saved=16)
     outs, stats = run(with_engine, cfg, lambda e: _body(e, prompts))
     *singles, forks = outs
     for i, (out, ref) in enumerate(zip(singles, refs)):
@@ -54,4 +54,7 @@ def test_cascade_decode_matches_transformers(overlap: bool, cases: Any) -> None:
 
 def test_cascade_attention_false_turns_grouping_off() -> None:
     assert engine_config(cascade_attention=False).scheduler_config().cascade_min_shared == 0
-    assert engine_config(cascade_min_shared=300).scheduler_config().cascade_min_shared == 300
+    assert (
+        engine_config(cascade_attention=True, cascade_min_shared=300).scheduler_config().cascade_min_shared
+        == 300
+    )
