@@ -349,8 +349,12 @@ def _required_properties(node: dict[str, Any]) -> None:
         for name in [n for n, sub in props.items() if sub is False]:
             if not (isinstance(required, list) and name in required):
                 del props[name]  # no value is valid: the key must not appear
+    types = node.get("type")
+    is_object = types == "object" or (isinstance(types, list) and "object" in types)
+    if props is None and is_object:
+        props = {}
     if not isinstance(required, list) or "patternProperties" in node or not isinstance(props, dict):
-        return  # only objects that list properties (not a bare `{"required": [...]}` in a not/then)
+        return  # only object schemas (not a bare `{"required": [...]}` in a not/then)
     extra = node.get("additionalProperties", True)
     if extra is False:
         return  # unsatisfiable as written; left for the compiler to report
@@ -359,3 +363,4 @@ def _required_properties(node: dict[str, Any]) -> None:
         return
     for name in missing:
         props[name] = {} if extra is True else copy.deepcopy(extra)
+    node["properties"] = props
