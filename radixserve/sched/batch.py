@@ -48,6 +48,7 @@ class Batch:
     def is_decode(self) -> bool:
         """Built by the decode path: one token per request, context gathered on the device."""
         return self.rows is not None
+
     # Decode only: rows sharing a context prefix (sched/cascade.py), for cascade attention.
     cascade: CascadeGroups | None = None
 
