@@ -37,6 +37,17 @@ def allowed(backend: XGrammarBackend, m: Any) -> torch.Tensor:
     return bits.flatten()[: backend.vocab_size].bool()
 
 
+def finishes(
+    backend: XGrammarBackend, tokenizer: Any, grammar: GrammarSpec | dict[str, Any], text: str
+) -> bool:
+    """The grammar (a spec, or a JSON schema) accepts `text` and then its stop token."""
+    spec = grammar if isinstance(grammar, GrammarSpec) else SamplingParams(json_schema=grammar).grammar
+    assert spec is not None
+    m = backend.matcher(backend.compile(spec))
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return all(m.accept_token(t) for t in ids) and m.accept_token(backend.info.stop_token_ids[0])
+
+
 def test_special_tokens_padding_and_eos_in_masks(backend: XGrammarBackend, tokenizer: Any) -> None:
     spec = SamplingParams(json_schema={"type": "object", "properties": {"a": {"type": "string"}}}).grammar
     assert spec is not None
@@ -134,11 +145,8 @@ def test_keywords_beside_branches_refs_and_conditionals_are_enforced(
 ) -> None:
     # Shapes from JSONSchemaBench where xgrammar alone accepted invalid text (found with
     # random-weight generation): each rewrite in json_schema.prepare must make them refused.
-    def accepts(schema: dict[str, Any], text: str) -> bool:
-        m = backend.matcher(backend.compile(SamplingParams(json_schema=schema).grammar))  # type: ignore[arg-type]
-        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
-            m.accept_token(backend.info.stop_token_ids[0])
-        )
+    def accepts(grammar: Any, text: str) -> bool:
+        return finishes(backend, tokenizer, grammar, text)
 
     side = {"type": "object", "properties": {"align": {"enum": ["left", "right"]}}, "required": ["align"]}
     beside_one_of = {
@@ -180,11 +188,8 @@ def test_keywords_beside_branches_refs_and_conditionals_are_enforced(
 def test_lengths_beside_a_pattern_required_names_and_typed_enums(
     backend: XGrammarBackend, tokenizer: Any
 ) -> None:
-    def accepts(schema: dict[str, Any], text: str) -> bool:
-        m = backend.matcher(backend.compile(SamplingParams(json_schema=schema).grammar))  # type: ignore[arg-type]
-        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
-            m.accept_token(backend.info.stop_token_ids[0])
-        )
+    def accepts(grammar: Any, text: str) -> bool:
+        return finishes(backend, tokenizer, grammar, text)
 
     slug = {"type": "string", "minLength": 2, "maxLength": 3, "pattern": "^[a-z-]*$"}
     assert accepts(slug, '"ab"') and not accepts(slug, '""') and not accepts(slug, '"abcd"')
@@ -197,11 +202,8 @@ def test_lengths_beside_a_pattern_required_names_and_typed_enums(
 
 def test_optional_group_ending_in_a_repeat(backend: XGrammarBackend, tokenizer: Any) -> None:
     # xgrammar alone reads `(ab*)?` as `a?b*`: "//" passed for a URL-path pattern.
-    def accepts(grammar: GrammarSpec, text: str) -> bool:
-        m = backend.matcher(backend.compile(grammar))
-        return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and (
-            m.accept_token(backend.info.stop_token_ids[0])
-        )
+    def accepts(grammar: Any, text: str) -> bool:
+        return finishes(backend, tokenizer, grammar, text)
 
     path = "^/([a-z]+(/[a-z]*)*)?$"
     schema = GrammarSpec("json_schema", json.dumps({"type": "string", "pattern": path}))

@@ -234,17 +234,24 @@ class FlashInferAttention(AttentionBackend):
             self._plan_decode(self._next("decode"), batch)
             return
         slot = self._next("prefill")
+        self._plan_prefill(slot, batch.extend_lens, batch.seq_lens, batch.kv_indices, causal=True)
+        self._active = slot.wrapper
+
+    def _plan_prefill(
+        self, slot: Any, qo_lens: list[int], kv_lens: list[int], indices: torch.Tensor, causal: bool
+    ) -> None:
+        """Plan a prefill wrapper: request i has qo_lens[i] queries over kv_lens[i] slots."""
         slot.guard.before_plan()
         slot.wrapper.plan(
-            _host_indptr(batch.extend_lens),
-            _host_indptr(batch.seq_lens),
-            batch.kv_indices,
-            _ones(batch.batch_size),
+            _host_indptr(qo_lens),
+            _host_indptr(kv_lens),
+            indices,
+            _ones(len(kv_lens)),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
             1,
-            causal=True,
+            causal=causal,
             pos_encoding_mode="NONE",
             sm_scale=self.scale,
             q_data_type=self.dtype,
@@ -252,7 +259,6 @@ class FlashInferAttention(AttentionBackend):
             non_blocking=True,
         )
         slot.guard.after_plan()
-        self._active = slot.wrapper
 
     def prepare_cascade(self) -> None:
         """Build (or load) FlashInfer's merge kernel now, at start-up, rather than in the
@@ -267,24 +273,7 @@ class FlashInferAttention(AttentionBackend):
         idx = cascade_indices(batch.kv_indices, batch.seq_lens, groups)
         self._plan_paged_decode(self._next("decode"), idx.suffix_lens, idx.suffix_indices)
         slot = self._next("shared")
-        slot.guard.before_plan()
-        slot.wrapper.plan(
-            _host_indptr(idx.group_sizes),
-            _host_indptr(idx.prefix_lens),
-            idx.prefix_indices,
-            _ones(len(idx.prefix_lens)),
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            1,
-            causal=False,
-            pos_encoding_mode="NONE",
-            sm_scale=self.scale,
-            q_data_type=self.dtype,
-            kv_data_type=self.dtype,
-            non_blocking=True,
-        )
-        slot.guard.after_plan()
+        self._plan_prefill(slot, idx.group_sizes, idx.prefix_lens, idx.prefix_indices, causal=False)
         self._shared_active = slot.wrapper
         self._grouped_rows = idx.grouped_rows
 
