@@ -40,6 +40,10 @@ class EngineConfig:
     context_length: int | None = None  # default: the model's max positions
     attention_backend: str = "auto"  # "auto", "flashinfer", "triton", "torch"
     cuda_graph: bool = True
+    # Norm, rotary and SiLU-and-mul: "auto" takes FlashInfer's fused kernels on CUDA in
+    # float16/bfloat16 (fewer, larger kernels per layer), else the torch reference
+    # (transformers' arithmetic, used on the CPU); "flashinfer" or "torch" to force one.
+    layer_kernels: str = "auto"
     # Shared-prefix (cascade) decode attention: requests that share at least
     # `cascade_min_shared` leading tokens in the radix tree read that prefix's K/V once per
     # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
@@ -74,6 +78,10 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.attention_backend={self.attention_backend!r}: "
                 "use auto, flashinfer, triton or torch"
+            )
+        if self.layer_kernels not in ("auto", "flashinfer", "torch"):
+            raise ValueError(
+                f"EngineConfig.layer_kernels={self.layer_kernels!r}: use auto, flashinfer or torch"
             )
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")

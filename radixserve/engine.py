@@ -38,6 +38,7 @@ from radixserve.model.loader import LoadedModel, load_model
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt, tokenize_prompt
 from radixserve.runtime.attention import make_attention_backend
+from radixserve.runtime.kernels import make_kernels, use_kernels
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.request import Request
@@ -125,6 +126,7 @@ class AsyncEngine:
         cfg = self.config
         device, dtype = cfg.torch_device(), cfg.torch_dtype()
         loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
+        use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
         mc = loaded.config
         self.context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
         pool_cfg = mc.kv_pool_config(dtype, device)

@@ -5,8 +5,10 @@ default device (the loader builds under `with torch.device(...)`), so a model
 is never initialised twice: the loader fills the weights from a checkpoint or
 with dummy values. Parameters never require grad: this is an inference engine.
 
-The arithmetic follows transformers' Llama code operation for operation (same
-casts, same order) so float32 results agree to rounding.
+The elementwise ops (norm, rotary, activation) come from the module's
+`kernels` (runtime/kernels.py): the reference follows transformers' Llama
+code operation for operation (same casts, same order) so float32 results
+agree to rounding; on a GPU `use_kernels` swaps in FlashInfer's fused ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.model.config import RopeConfig
+from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 
 def _param(*shape: int, dtype: torch.dtype, fill: float | None = None) -> nn.Parameter:
@@ -24,17 +27,19 @@ def _param(*shape: int, dtype: torch.dtype, fill: float | None = None) -> nn.Par
 
 
 class RMSNorm(nn.Module):
+    kernels: TorchKernels = TORCH_KERNELS
+
     def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
         super().__init__()
         self.eps = eps
         self.weight = _param(dim, dtype=dtype, fill=1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Statistics in float32 whatever the model dtype, as transformers does.
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.kernels.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(residual + x), residual + x); the fused kernel reuses both buffers."""
+        return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Linear(nn.Module):
@@ -87,11 +92,6 @@ class VocabEmbedding(nn.Module):
         return F.embedding(ids, self.weight)
 
 
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
-
-
 def rope_inv_freq(
     rope: RopeConfig, head_dim: int, hidden_size: int, num_heads: int, max_position_embeddings: int
 ) -> tuple[torch.Tensor, float]:
@@ -126,6 +126,7 @@ class RotaryEmbedding(nn.Module):
 
     cos: torch.Tensor
     sin: torch.Tensor
+    kernels: TorchKernels = TORCH_KERNELS
 
     def __init__(
         self, rope: RopeConfig, head_dim: int, hidden_size: int, num_heads: int, max_positions: int
@@ -145,12 +146,4 @@ class RotaryEmbedding(nn.Module):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q `[T, Hq, D]`, k `[T, Hkv, D]`, positions `[T]`."""
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, D/2]
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x * [cos, cos] + rotate_half(x) * [sin, sin], written per half.
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        return self.kernels.rope(positions, q, k, self.cos, self.sin)

@@ -25,10 +25,10 @@ from radixserve.model.layers import (
     RMSNorm,
     RotaryEmbedding,
     VocabEmbedding,
-    silu_and_mul,
 )
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 
 class LlamaAttention(nn.Module):
@@ -59,8 +59,9 @@ class LlamaAttention(nn.Module):
         q, k, v = self.qkv_proj.split(self.qkv_proj(h))
         q = q.unflatten(-1, (self.num_heads, self.head_dim))
         k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
-        # Backends may assume dense inputs; q and k become dense through rope.
-        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim)).contiguous()
+        # Views of the projection's output: backends take strided rows (v is only copied
+        # into the pool; the fused rope rotates q and k in place).
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
@@ -69,6 +70,8 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
+    kernels: TorchKernels = TORCH_KERNELS
+
     def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         size = config.intermediate_size
@@ -78,7 +81,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(size, config.hidden_size, bias=config.mlp_bias, dtype=dtype)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(h)))
+        return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(h)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -91,14 +94,22 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(
         self,
-        h: torch.Tensor,
-        positions: torch.Tensor,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
         rotary: RotaryEmbedding,
         attn: AttentionBackend,
         batch: ForwardBatch,
-    ) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), positions, rotary, attn, batch)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's MLP output, the residual stream before it): the stream's next
+        add is fused into the next norm. `residual` is None for the first layer, whose
+        `x` is the embedding."""
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm.add_forward(x, residual)
+        x = self.self_attn(x, batch.positions, rotary, attn, batch)
+        x, residual = self.post_attention_layernorm.add_forward(x, residual)
+        return self.mlp(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -117,10 +128,11 @@ class LlamaModel(nn.Module):
 
     def forward(self, batch: ForwardBatch, attn: AttentionBackend) -> torch.Tensor:
         """Hidden states of every new token, before the final norm: `[T, hidden]`."""
-        h = self.embed_tokens(batch.input_ids)
+        x = self.embed_tokens(batch.input_ids)
+        residual: torch.Tensor | None = None
         for layer in self.layers:
-            h = layer(h, batch.positions, self.rotary_emb, attn, batch)
-        return h
+            x, residual = layer(x, residual, self.rotary_emb, attn, batch)
+        return x if residual is None else residual + x
 
 
 class LlamaForCausalLM(nn.Module):

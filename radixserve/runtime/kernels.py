@@ -1,0 +1,134 @@
+"""The model's elementwise layer ops: RMSNorm (with the residual add), rotary, SiLU-and-mul.
+
+`TorchKernels` is the reference: transformers' Llama arithmetic, op for op and
+cast for cast, so float32 results on the CPU equal transformers' to the bit.
+On a GPU those few lines are a dozen tiny kernels per layer (casts, pow,
+mean, rsqrt, gathers of cos/sin, cat): in a CUDA-graph decode step of a
+small model they took more device time than the matmuls (H200, qwen2.5-0.5b,
+batch 32: about 1.5 of 3.1 ms per step). `FlashInferKernels` runs each as
+one FlashInfer kernel: fused add + RMSNorm, rotary from a cos/sin cache by
+position, in place on q and k, SiLU-and-mul. They compute in float32 inside
+and round once, so bf16 results differ from the reference by rounding.
+
+Modules read their ops from a `kernels` attribute (the reference by default);
+`use_kernels(model, kernels)` sets it on every module once, after loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TorchKernels:
+    name = "torch"
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        # Statistics in float32 whatever the model dtype, as transformers does.
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(dtype)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(residual + x), residual + x): the residual stream's add, then the next norm."""
+        h = residual + x
+        return self.rms_norm(h, weight, eps), h
+
+    def rope(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q `[T, Hq, D]`, k `[T, Hkv, D]`; cos/sin `[max_pos, D/2]` float32 tables."""
+        c = cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, D/2]
+        s = sin[positions].unsqueeze(1).to(q.dtype)
+        return _rotate(q, c, s), _rotate(k, c, s)
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x * [cos, cos] + rotate_half(x) * [sin, sin], written per half.
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class FlashInferKernels(TorchKernels):
+    """FlashInfer's norm, rope and activation kernels (CUDA, float16/bfloat16)."""
+
+    name = "flashinfer"
+
+    def __init__(self, flashinfer: Any) -> None:
+        self._fi = flashinfer
+        self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if x.dim() != 2:  # q/k norms over heads: the kernel takes rows
+            return self._fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), weight, eps, enable_pdl=False).view(
+                x.shape
+            )
+        return self._fi.norm.rmsnorm(x, weight, eps, enable_pdl=False)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # In place: residual += x, then x = norm(residual). Both are this step's temporaries.
+        self._fi.norm.fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=False)
+        return x, residual
+
+    def rope(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self._cos_sin.get(id(cos))
+        if table is None:  # built once per model, outside any graph capture (warm-up runs first)
+            table = self._cos_sin[id(cos)] = torch.cat((cos, sin), dim=-1).contiguous()
+        # In place on the views of the qkv projection's output.
+        self._fi.rope.apply_rope_with_cos_sin_cache_inplace(
+            positions, q.flatten(-2), k.flatten(-2), q.shape[-1], table, is_neox=True
+        )
+        return q, k
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return self._fi.activation.silu_and_mul(gate_up, enable_pdl=False)
+
+
+TORCH_KERNELS = TorchKernels()
+KERNEL_NAMES = ("auto", "flashinfer", "torch")
+
+
+def make_kernels(name: str, device: torch.device, dtype: torch.dtype) -> TorchKernels:
+    """`auto`: FlashInfer's on CUDA in float16/bfloat16 when it imports, else the reference."""
+    if name not in KERNEL_NAMES:
+        raise ValueError(f"unknown layer kernels {name!r}; choose one of {', '.join(KERNEL_NAMES)}")
+    if name == "torch":
+        return TORCH_KERNELS
+    usable = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    if name == "flashinfer" and not usable:
+        raise RuntimeError(
+            f"layer_kernels='flashinfer' needs a CUDA device and float16/bfloat16 (got {device}, {dtype})"
+        )
+    if not usable:
+        return TORCH_KERNELS
+    try:
+        import flashinfer
+        import flashinfer.activation
+        import flashinfer.norm
+        import flashinfer.rope
+    except Exception as e:  # a broken install counts as absent for auto
+        if name == "flashinfer":
+            raise RuntimeError(f"layer_kernels='flashinfer' needs the flashinfer package: {e}") from e
+        return TORCH_KERNELS
+    return FlashInferKernels(flashinfer)
+
+
+def use_kernels(model: nn.Module, kernels: TorchKernels) -> None:
+    """Point every module of `model` that has layer ops at `kernels`."""
+    for m in model.modules():
+        if hasattr(type(m), "kernels"):
+            m.kernels = kernels  # type: ignore[assignment]
