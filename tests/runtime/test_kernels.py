@@ -62,3 +62,18 @@ def test_flashinfer_kernels_match_the_reference() -> None:
     got_q, got_k = fk.rope(pos, q, k, cos, sin)
     _close(got_q, want_q)
     _close(got_k, want_k)
+
+
+def test_plan_max_shadow_gives_builtin_results() -> None:
+    import types
+
+    from radixserve.runtime.attention.flashinfer_fast_plan import speed_up_plans
+
+    fake = types.SimpleNamespace(prefill=types.ModuleType("prefill"), decode=types.ModuleType("decode"))
+    speed_up_plans(fake)
+    fast = fake.prefill.max
+    lens = torch.tensor([3, 9, 4], dtype=torch.int32)
+    assert fast(lens).dim() == 0 and fast(lens).item() == max(lens).item() == 9
+    assert fast([1, 5, 2]) == 5 and fast(4, 6) == 6 and fast([], default=0) == 0
+    with pytest.raises(ValueError):
+        fast(torch.tensor([], dtype=torch.int32))

@@ -57,7 +57,7 @@ import torch
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention.base import AttentionBackend
-from radixserve.runtime.attention.flashinfer_fast_plan import FastGraphDecodePlan
+from radixserve.runtime.attention.flashinfer_fast_plan import FastGraphDecodePlan, speed_up_plans
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -163,6 +163,7 @@ class FlashInferAttention(AttentionBackend):
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self._fi = fi
+        speed_up_plans(fi)
         self.device = device
         self.dtype = pool.config.dtype
         group = num_heads // num_kv_heads

@@ -17,6 +17,7 @@ used only where they are all present (`supported`), else the official plan.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
@@ -78,3 +79,27 @@ class FastGraphDecodePlan:
             self.head_dim,
             False,  # causal
         )
+
+
+def _tensor_max(*args: Any, **kwargs: Any) -> Any:
+    """builtins.max, except for one non-empty 1-D tensor: `t.max()`, the same 0-d tensor
+    that iterating would pick, in one op instead of one per element."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
+        t = args[0]
+        if t.dim() == 1 and t.numel():
+            return t.max()
+    return builtins.max(*args, **kwargs)
+
+
+def speed_up_plans(flashinfer: Any) -> None:
+    """Make the `plan()` of FlashInfer's wrappers take `max()` of a length tensor in one op.
+
+    Eager steps (mixed prefill + decode, cascade levels) still use the official plans,
+    whose `max(lengths_tensor).item()` costs a select + compare + sync-free `.item()`
+    per request (about 2 ms per mixed step at 256 rows). The modules' global `max`
+    shadows the builtin for their own code only; results are identical.
+    """
+    for name in ("prefill", "decode"):
+        module = getattr(flashinfer, name, None)
+        if module is not None and getattr(module, "max", None) is not _tensor_max:
+            module.max = _tensor_max
