@@ -213,7 +213,8 @@ class TextTokenizer:
         from radixserve.model import chat_template  # jinja2: only chat prompts import it
 
         simple, source = self._template_source()
-        source = kwargs.get("chat_template") or source
+        if kwargs.get("chat_template") is not None:  # a template string given by the caller
+            source = kwargs["chat_template"]
         if simple and source is not None and not args:
             try:
                 return chat_template.apply(
