@@ -6,9 +6,12 @@ Each figure is a fresh interpreter (`sys.executable`), after the one-time
 conversion of the embedded model (run once before: `radixserve generate hi`).
 - cli: wall time from spawning `python -m radixserve generate "Hi" --max-tokens 1`
   to its first byte on stdout (the first token) and to its exit; the same with
-  `--chat` (the chat template: transformers' tokenizer is loaded for it);
+  `--chat` (the prompt through the model's chat template);
 - pytest: wall time of `pytest` running one test that asks the
-  `radixserve_engine` fixture for one token (collection, plugin, load, token);
+  `radixserve_engine` fixture for one token (collection, plugins, load, token,
+  exit); the same with `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 -p radixserve.testing`
+  (only radixserve's plugin), and a trivial test without the fixture (what
+  pytest and the installed plugins cost by themselves);
 - phases: the same start in one process, timed step by step (import torch,
   import the engine, load the model (tokenizer and weights), start the worker,
   the first token), so the total can be split.
@@ -83,6 +86,16 @@ def test_one_token(radixserve_engine, radixserve_params):
     out = radixserve_engine.complete("Hi", radixserve_params.replace(max_tokens=1))
     assert out.finished
 """
+TRIVIAL = """
+def test_nothing():
+    assert True
+"""
+# pytest settings: (the test, whether pytest autoloads the installed plugins).
+PYTEST = {
+    "pytest, one test on the radixserve_engine fixture": (TEST, True),
+    "pytest without plugin autoload (-p radixserve.testing), the same test": (TEST, False),
+    "pytest, one trivial test (pytest and its installed plugins alone)": (TRIVIAL, True),
+}
 
 
 def _env(root: Path = ROOT) -> dict[str, str]:
@@ -102,24 +115,17 @@ def cli_once(root: Path = ROOT, chat: bool = False) -> dict[str, float]:
     return {"first_token_s": round(first, 3), "exit_s": round(time.perf_counter() - t0, 3)}
 
 
-def pytest_once(root: Path = ROOT) -> dict[str, float]:
+def pytest_once(root: Path = ROOT, test: str = TEST, autoload: bool = True) -> dict[str, float]:
+    """One pytest process; without autoload only radixserve's plugin is loaded (`-p`)."""
     with tempfile.TemporaryDirectory() as d:
-        Path(d, "test_startup_probe.py").write_text(TEST)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "radixserve_device=cpu",
-            "--rootdir",
-            d,
-            d,
-        ]
+        Path(d, "test_startup_probe.py").write_text(test)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "radixserve_device=cpu"]
+        env = _env(root)
+        if not autoload:
+            cmd += ["-p", "radixserve.testing"]
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, env=_env(root), cwd=d)
+        subprocess.run([*cmd, "--rootdir", d, d], check=True, capture_output=True, env=env, cwd=d)
         return {"total_s": round(time.perf_counter() - t0, 3)}
 
 
@@ -133,7 +139,8 @@ def phases_once(root: Path = ROOT) -> dict[str, Any]:
 def measure(root: Path, runs: dict[str, list[dict[str, Any]]]) -> None:
     runs["cli"].append(cli_once(root))
     runs["cli --chat"].append(cli_once(root, chat=True))
-    runs["pytest"].append(pytest_once(root))
+    for name, (test, autoload) in PYTEST.items():
+        runs[name].append(pytest_once(root, test, autoload))
     runs["phases"].append(phases_once(root))
 
 
@@ -145,8 +152,9 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out[f"radixserve generate: {k}"] = (min(vals), statistics.median(vals))
     vals = [r["first_token_s"] for r in runs["cli --chat"]]
     out["radixserve generate --chat: first_token_s"] = (min(vals), statistics.median(vals))
-    vals = [r["total_s"] for r in runs["pytest"]]
-    out["pytest, one test on the fixture"] = (min(vals), statistics.median(vals))
+    for name in PYTEST:
+        vals = [r["total_s"] for r in runs[name]]
+        out[name] = (min(vals), statistics.median(vals))
     best = min(runs["phases"], key=lambda r: r["first token"])
     prev = 0.0
     for name, t in best.items():
@@ -178,7 +186,7 @@ def main() -> int:
     for root in roots.values():
         cli_once(root)  # warm the page cache and the converted-model cache
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        k: {"cli": [], "cli --chat": [], "pytest": [], "phases": []} for k in roots
+        k: {"cli": [], "cli --chat": [], **{name: [] for name in PYTEST}, "phases": []} for k in roots
     }
     for _ in range(args.repeats):  # interleaved, so load changes hit every setting alike
         for key, root in roots.items():

@@ -67,7 +67,15 @@ def engines_seen(pytester: pytest.Pytester) -> dict[str, list[str]]:
     return seen
 
 
-def test_ini_option_picks_the_model_and_the_example_agent_test_passes(pytester: pytest.Pytester) -> None:
+def only_our_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's fast start: no installed plugin autoloaded (hypothesis' alone is ~1 s), only `-p`."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
+def test_ini_option_picks_the_model_and_the_example_agent_test_passes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_our_plugin(monkeypatch)
     ini = {
         "radixserve_model": "smollm2-135m-instruct",
         "radixserve_device": "cpu",
@@ -93,7 +101,8 @@ def test_ini_option_picks_the_model_and_the_example_agent_test_passes(pytester: 
     assert seen["closed"] == ["smollm2-135m-instruct"]  # at the end of the session
 
 
-def test_marker_overrides_the_ini_option(pytester: pytest.Pytester) -> None:
+def test_marker_overrides_the_ini_option(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    only_our_plugin(monkeypatch)
     pytester.makeini("[pytest]\nradixserve_model = /no/such/model\nradixserve_max_tokens = 4\n")
     pytester.makepyfile(
         """

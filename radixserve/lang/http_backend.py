@@ -259,19 +259,13 @@ def _template(source: str | None, special: dict[str, Any]) -> ChatTemplate:
     if not source:
         return PLAIN
     from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
+    from radixserve.model.chat_template import Unsupported, render
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    compiled = env.from_string(source)
-
-    def render(messages: list[dict[str, str]], gen: bool) -> str:
-        return compiled.render(messages=messages, add_generation_prompt=gen, **special)
+    def render_messages(messages: list[dict[str, str]], gen: bool) -> str:
+        return render(source, messages, special, add_generation_prompt=gen)
 
     try:
-        return template_from_renderer(render)
-    except (ValueError, TemplateError):
+        return template_from_renderer(render_messages)
+    except (ValueError, TemplateError, Unsupported):
         return PLAIN

@@ -6,9 +6,9 @@ for a plain tokenizer.json) encodes and decodes by calling this same `tokenizers
 `direct_tokenizer` takes this path only for folders where transformers would not change
 that tokenizer while loading it (no special tokens to add, no post-processor rebuilt for
 add_bos/eos_token, no padding, truncation or clean-up, no Mistral regex patch): see
-`_direct_applies`. Everything else (chat templates, `__call__`, saving, ...) is
-transformers' own tokenizer of the folder, loaded on first use (`hf`), so a chat
-prompt imports transformers once, when it arrives.
+`_direct_applies`. Chat templates are rendered by `chat_template` (jinja2 set up as
+transformers sets it up). Everything else (`__call__`, saving, ...) is transformers' own
+tokenizer of the folder, loaded on first use (`hf`).
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class TextTokenizer:
         self._config = config
         self._hf: Any = None
         self._hf_lock = threading.Lock()
+        self._template: tuple[bool, str | None] | None = None
         for key in NAMED_SPECIAL:  # bos_token, bos_token_id, ...
             token = config.get(key)
             setattr(self, key, token)
@@ -133,7 +134,7 @@ class TextTokenizer:
             return self._hf
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_hf", "_hf_lock", "_config", "backend_tokenizer"):
+        if name.startswith("__") or name in ("_hf", "_hf_lock", "_config", "_template", "backend_tokenizer"):
             raise AttributeError(name)
         return getattr(self.hf, name)
 
@@ -180,19 +181,51 @@ class TextTokenizer:
         return str(decoder.decode(tokens)) if decoder is not None else " ".join(tokens)
 
     @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """The named special tokens that are set, in transformers' order (chat templates read them)."""
+        return {k: self._config[k] for k in NAMED_SPECIAL if self._config.get(k) is not None}
+
+    @property
     def chat_template(self) -> str | None:
         """The template transformers reads: chat_template.jinja or tokenizer_config.json's string."""
-        in_config = self._config.get("chat_template")
-        jinja = self.folder / "chat_template.jinja"
-        others = (self.folder / "chat_template.json").exists() or (
-            self.folder / "additional_chat_templates"
-        ).exists()
-        if others or (in_config is not None and (jinja.is_file() or not isinstance(in_config, str))):
-            return self.hf.chat_template  # type: ignore[no-any-return]
-        return jinja.read_text(encoding="utf-8") if jinja.is_file() else in_config
+        simple, source = self._template_source()
+        return source if simple else self.hf.chat_template  # type: ignore[no-any-return]
 
-    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
-        return self.hf.apply_chat_template(*args, **kwargs)
+    def _template_source(self) -> tuple[bool, str | None]:
+        """(True, the template or None) where it is one string in the folder; (False, None)
+        where transformers picks it (several named templates, or a file and a config entry)."""
+        if self._template is None:
+            in_config = self._config.get("chat_template")
+            jinja = self.folder / "chat_template.jinja"
+            others = (self.folder / "chat_template.json").exists() or (
+                self.folder / "additional_chat_templates"
+            ).exists()
+            if others or (in_config is not None and (jinja.is_file() or not isinstance(in_config, str))):
+                self._template = (False, None)
+            else:
+                self._template = (True, jinja.read_text(encoding="utf-8") if jinja.is_file() else in_config)
+        return self._template
+
+    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+        """transformers' `apply_chat_template`. A one-string template is rendered by
+        `chat_template.apply` (jinja2 as transformers sets it up, no transformers import);
+        calls it does not render (see that module) go to transformers' tokenizer."""
+        from radixserve.model import chat_template  # jinja2: only chat prompts import it
+
+        simple, source = self._template_source()
+        if kwargs.get("chat_template") is not None:  # a template string given by the caller
+            source = kwargs["chat_template"]
+        if simple and source is not None and not args:
+            try:
+                return chat_template.apply(
+                    source, self.special_tokens_map, self._encode_chat, conversation, **kwargs
+                )
+            except chat_template.Unsupported:
+                pass
+        return self.hf.apply_chat_template(conversation, *args, **kwargs)
+
+    def _encode_chat(self, text: str) -> list[int]:
+        return self.encode(text, add_special_tokens=False)
 
 
 def transformers_tokenizer(tokenizer: Any) -> Any:

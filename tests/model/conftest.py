@@ -231,6 +231,17 @@ def embedded() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def tokenizer_pair(embedded: LoadedModel) -> tuple[Any, Any]:
+    """The embedded model's `TextTokenizer` and transformers' AutoTokenizer of its folder."""
+    from transformers import AutoTokenizer
+
+    from radixserve.model.text_tokenizer import TextTokenizer
+
+    assert isinstance(embedded.tokenizer, TextTokenizer) and embedded.path is not None
+    return embedded.tokenizer, AutoTokenizer.from_pretrained(embedded.path)
+
+
+@pytest.fixture(scope="session")
 def hf_embedded(embedded: LoadedModel) -> Any:
     from transformers import AutoModelForCausalLM
 

@@ -1,6 +1,7 @@
 """The fast load path of a converted model: config.json read without transformers' config
 machinery (same ModelConfig as transformers' reading), the tokenizer.json run directly
-(same tokenizer as AutoTokenizer's), and none of the heavy modules imported."""
+(same tokenizer as AutoTokenizer's), and none of the heavy modules (transformers itself
+included) imported by a chat request."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from radixserve.model.config import ModelConfig, plain_hf_config
 from radixserve.model.loader import LoadedModel, _read_hf_config
 
 HEAVY_MODULES = (
+    "transformers",  # not even for the chat template
     "torch.distributed.tensor",
     "transformers.modeling_utils",
     "transformers.configuration_utils",
@@ -25,10 +27,17 @@ HEAVY_MODULES = (
     "gguf",
 )
 PROBE = f"""
-import sys
-from radixserve.model.loader import load_model
-loaded = load_model("smollm2-135m-instruct")
-assert loaded.tokenizer.apply_chat_template([{{"role": "user", "content": "hi"}}], tokenize=False)
+import asyncio, sys
+from radixserve import AsyncEngine, EngineConfig, SamplingParams
+
+async def main():
+    engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", device="cpu"))
+    await engine.start()
+    out = await engine.complete([{{"role": "user", "content": "hi"}}], SamplingParams(max_tokens=1))
+    assert out.finished
+    await engine.shutdown()
+
+asyncio.run(main())
 print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))
 """
 
@@ -39,7 +48,7 @@ def _from_transformers(folder: Path) -> ModelConfig:
     return ModelConfig.from_hf(AutoConfig.from_pretrained(str(folder)))
 
 
-def test_loading_the_embedded_model_imports_no_heavy_module(embedded: LoadedModel) -> None:
+def test_a_chat_request_on_the_embedded_model_imports_no_heavy_module(embedded: LoadedModel) -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, cwd=Path.cwd()
     )

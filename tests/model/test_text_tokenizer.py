@@ -36,16 +36,8 @@ CHATS = (
 )
 
 
-@pytest.fixture(scope="module")
-def pair(embedded: LoadedModel) -> tuple[TextTokenizer, Any]:
-    from transformers import AutoTokenizer
-
-    assert isinstance(embedded.tokenizer, TextTokenizer) and embedded.path is not None
-    return embedded.tokenizer, AutoTokenizer.from_pretrained(embedded.path)
-
-
-def test_ids_and_text_equal_transformers(pair: tuple[TextTokenizer, Any]) -> None:
-    ours, ref = pair
+def test_ids_and_text_equal_transformers(tokenizer_pair: tuple[TextTokenizer, Any]) -> None:
+    ours, ref = tokenizer_pair
     rendered = [ref.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in CHATS]
     for text in (*TEXTS, *rendered):
         for special in (True, False):
@@ -69,7 +61,8 @@ def test_ids_and_text_equal_transformers(pair: tuple[TextTokenizer, Any]) -> Non
         assert getattr(ours, f"{name}_token_id") == getattr(ref, f"{name}_token_id"), name
     assert (ours.all_special_tokens, ours.all_special_ids) == (ref.all_special_tokens, ref.all_special_ids)
     assert ours.chat_template == ref.chat_template
-    for chat in CHATS:  # rendered by transformers itself (loaded on first use)
+    assert ours.special_tokens_map == ref.special_tokens_map
+    for chat in CHATS:  # rendered by radixserve.model.chat_template, without transformers
         kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
         assert ours.apply_chat_template(chat, **kw) == ref.apply_chat_template(chat, **kw)
 
