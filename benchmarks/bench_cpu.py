@@ -8,7 +8,9 @@ common.py (EOS ignored, greedy).
 
 W1-cpu (16 requests, input and output lengths in [16, 128]):
 - radixserve: every request submitted at once through `AsyncEngine`; wall
-  clock from the first submit to the last token; overlap on and lockstep.
+  clock from the first submit to the last token; overlap on and lockstep,
+  with `--mixed-steps` (default: EngineConfig's), and overlap on with the
+  other setting (mixed prefill+decode steps against prefill first).
 - transformers `generate`, static batches with left padding: requests are
   sorted by output length (longest first, which wastes least) and cut into
   batches of B; a batch runs `min_new_tokens = max_new_tokens` = its longest
@@ -21,7 +23,8 @@ W1-cpu (16 requests, input and output lengths in [16, 128]):
 W2 (scaled down, --w2-* flags): one engine with the radix cache on, one
 with it off; throughput ratio, the hit rate from `stats()` and from
 per-request usage against the best possible, and whether greedy outputs are
-the same with the cache on and off.
+the same with the cache on and off (cache on is also run with the other
+`mixed_steps` setting).
 
 Every engine is warmed up with a small request before it is timed. Figures
 are measured in interleaved rounds (every figure once per round, all engines
@@ -237,6 +240,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--w2-out", type=int, default=8)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     p.add_argument("--no-generate-batch", action="store_true", help="skip transformers' continuous batching")
+    p.add_argument(
+        "--mixed-steps",
+        choices=["on", "off"],
+        default="on" if EngineConfig.mixed_steps else "off",
+        help="EngineConfig.mixed_steps of the main engines (the other setting is measured beside them)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.w1_n, args.w1_lo, args.w1_hi, args.hf_batch_sizes = 4, 8, 16, [4]
@@ -255,10 +264,13 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
     of the machine hits every engine alike. transformers runs on a thread of
     `asyncio.to_thread`, off the main thread like the engines' own loops.
     """
-    configs = {
-        "default": {},
-        "lockstep": {"overlap": False},
-        "no_cache": {"enable_radix_cache": False},
+    mixed = args.mixed_steps == "on"
+    other = f"mixed_{'off' if mixed else 'on'}"
+    configs: dict[str, dict[str, Any]] = {
+        "default": {"mixed_steps": mixed},
+        "lockstep": {"overlap": False, "mixed_steps": mixed},
+        "no_cache": {"enable_radix_cache": False, "mixed_steps": mixed},
+        other: {"mixed_steps": not mixed},
     }
     engines: dict[str, AsyncEngine] = {}
     try:
@@ -274,8 +286,10 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
                 for bs in args.hf_batch_sizes
             ),
             ("w1_lockstep", lambda: measure(engines["lockstep"], w1)),
+            (f"w1_{other}", lambda: measure(engines[other], w1)),
             ("w2_cache_on", lambda: measure(engines["default"], w2)),
             ("w2_cache_off", lambda: measure(engines["no_cache"], w2)),
+            (f"w2_cache_on_{other}", lambda: measure(engines[other], w2)),
         ]
         if not args.no_generate_batch:
             jobs.append(("hf_continuous_batching", lambda: asyncio.to_thread(hf_continuous, hf, w1)))
@@ -327,6 +341,12 @@ def report(
     shape: W2Shape,
 ) -> dict[str, Any]:
     ov, ls, on, off = rs["w1_overlap"], rs["w1_lockstep"], rs["w2_cache_on"], rs["w2_cache_off"]
+    mixed = args.mixed_steps == "on"
+    other = f"mixed_{'off' if mixed else 'on'}"
+    ov2, on2 = rs[f"w1_{other}"], rs[f"w2_cache_on_{other}"]
+    # tok/s with mixed steps on over off, whichever the main engines use
+    w1_mixed = (ov["tok_s"] / ov2["tok_s"]) ** (1 if mixed else -1)
+    w2_mixed = (on["tok_s"] / on2["tok_s"]) ** (1 if mixed else -1)
     gen = {k: v for k, v in peers.items() if k.startswith("hf_generate_b")}
     best_gen = min(gen, key=lambda k: gen[k]["seconds"])
     ref = gen.get("hf_generate_b16", gen[best_gen])["token_ids"]
@@ -334,8 +354,12 @@ def report(
         "requests": args.w1_n,
         "lengths": [args.w1_lo, args.w1_hi],
         "output_tokens": ov["output_tokens"],
+        "mixed_steps": mixed,  # of radixserve_overlap and radixserve_lockstep
         "radixserve_overlap": strip(ov),
         "radixserve_lockstep": strip(ls),
+        f"radixserve_overlap_{other}": strip(ov2),
+        "ratio_mixed_on_vs_off": w1_mixed,
+        "mixed_on_off_same_tokens": ov["token_ids"] == ov2["token_ids"],
         **{k: strip(v) for k, v in peers.items()},
         "hf_generate_best": best_gen,
         "ratio_radixserve_vs_hf_generate_best": ov["tok_s"] / gen[best_gen]["tok_s"],
@@ -359,8 +383,12 @@ def report(
             "question": shape.q_len / W2_FULL.q_len,
             "output": shape.out_len / W2_FULL.out_len,
         },
+        "mixed_steps": mixed,  # of cache_on and cache_off
         "cache_on": strip(on),
         "cache_off": strip(off),
+        f"cache_on_{other}": strip(on2),
+        "ratio_cache_on_mixed_on_vs_off": w2_mixed,
+        "outputs_identical_mixed_on_off": on["token_ids"] == on2["token_ids"],
         "ratio_cache_on_vs_off": on["tok_s"] / off["tok_s"],
         "hit_rate_stats": on["hit_rate_stats"],
         "hit_rate_usage": on["hit_rate_usage"],
@@ -378,6 +406,7 @@ def report(
         results,
         quick=args.quick,
         repeats=args.repeats,
+        mixed_steps=mixed,
         torch_threads=threads,
         env=args.env,
         load_average_end=load_average(),
@@ -397,10 +426,15 @@ def print_summary(
     w1: dict[str, Any], w2: dict[str, Any], peers: dict[str, dict[str, Any]], cb_error: str | None
 ) -> None:
     ov = w1["radixserve_overlap"]
+    setting = "mixed on" if w1["mixed_steps"] else "mixed off"
+    other = "mixed_off" if w1["mixed_steps"] else "mixed_on"
+    ov2, on2 = w1[f"radixserve_overlap_{other}"], w2[f"cache_on_{other}"]
     rows: list[list[Any]] = [
-        ["W1-cpu", "radixserve overlap", ov["seconds"], ov["tok_s"], 1.0],
-        ["W1-cpu", "radixserve lockstep", w1["radixserve_lockstep"]["seconds"],
+        ["W1-cpu", f"radixserve overlap, {setting}", ov["seconds"], ov["tok_s"], 1.0],
+        ["W1-cpu", f"radixserve lockstep, {setting}", w1["radixserve_lockstep"]["seconds"],
          w1["radixserve_lockstep"]["tok_s"], 1 / w1["ratio_overlap_vs_lockstep"]],
+        ["W1-cpu", f"radixserve overlap, {other.replace('_', ' ')}", ov2["seconds"], ov2["tok_s"],
+         ov2["tok_s"] / ov["tok_s"]],
     ]  # fmt: skip
     for name, fig in peers.items():
         label = name.replace("hf_generate_b", "HF generate, batch ").replace(
@@ -411,9 +445,12 @@ def print_summary(
         rows.append(["W1-cpu", "HF continuous batching", None, None, f"failed: {cb_error[:60]}"])
     on, off = w2["cache_on"], w2["cache_off"]
     rows += [
-        ["W2-cpu", "radixserve cache on", on["seconds"], on["tok_s"], 1.0],
-        ["W2-cpu", "radixserve cache off", off["seconds"], off["tok_s"], 1 / w2["ratio_cache_on_vs_off"]],
-    ]
+        ["W2-cpu", f"radixserve cache on, {setting}", on["seconds"], on["tok_s"], 1.0],
+        ["W2-cpu", f"radixserve cache off, {setting}", off["seconds"], off["tok_s"],
+         1 / w2["ratio_cache_on_vs_off"]],
+        ["W2-cpu", f"radixserve cache on, {other.replace('_', ' ')}", on2["seconds"], on2["tok_s"],
+         on2["tok_s"] / on["tok_s"]],
+    ]  # fmt: skip
     print()
     print_table(["workload", "engine", "seconds", "output tok/s", "x first row of workload"], rows)
     print()
@@ -425,12 +462,16 @@ def print_summary(
          if "ratio_radixserve_vs_hf_continuous_batching" in w1 else "n/a"],
         ["W1 overlap / lockstep", f"{w1['ratio_overlap_vs_lockstep']:.2f}x"],
         ["W1 overlap and lockstep same tokens", w1["overlap_lockstep_same_tokens"]],
+        ["W1 mixed steps on / off", f"{w1['ratio_mixed_on_vs_off']:.2f}x"],
+        ["W1 mixed on and off same tokens", w1["mixed_on_off_same_tokens"]],
         ["W1 requests with HF generate's tokens",
          f"{w1['requests_same_tokens_as_hf_generate']}/{w1['requests']}"],
         ["W2 cache on / off", f"{w2['ratio_cache_on_vs_off']:.2f}x"],
         ["W2 hit rate (stats / usage / best)",
          f"{w2['hit_rate_stats']:.4f} / {w2['hit_rate_usage']:.4f} / {w2['hit_rate_best']:.4f}"],
         ["W2 outputs identical cache on/off", w2["outputs_identical_cache_on_off"]],
+        ["W2 cache on: mixed steps on / off", f"{w2['ratio_cache_on_mixed_on_vs_off']:.2f}x"],
+        ["W2 outputs identical mixed on/off", w2["outputs_identical_mixed_on_off"]],
     ]  # fmt: skip
     if "ratio_radixserve_vs_hf_generate_b16" in w1:
         ratios.insert(1, ["W1 radixserve / HF generate batch 16",
