@@ -10,7 +10,8 @@ W1-cpu (16 requests, input and output lengths in [16, 128]):
 - radixserve: every request submitted at once through `AsyncEngine`; wall
   clock from the first submit to the last token; overlap on and lockstep,
   with `--mixed-steps` (default: EngineConfig's), and overlap on with the
-  other setting (mixed prefill+decode steps against prefill first).
+  other setting (mixed prefill+decode steps against prefill first; not
+  with --quick, which CI runs).
 - transformers `generate`, static batches with left padding: requests are
   sorted by output length (longest first, which wastes least) and cut into
   batches of B; a batch runs `min_new_tokens = max_new_tokens` = its longest
@@ -270,8 +271,9 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
         "default": {"mixed_steps": mixed},
         "lockstep": {"overlap": False, "mixed_steps": mixed},
         "no_cache": {"enable_radix_cache": False, "mixed_steps": mixed},
-        other: {"mixed_steps": not mixed},
     }
+    if not args.quick:  # CI runs --quick: the comparison is for real runs
+        configs[other] = {"mixed_steps": not mixed}
     engines: dict[str, AsyncEngine] = {}
     try:
         for name, kw in configs.items():
@@ -286,11 +288,12 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
                 for bs in args.hf_batch_sizes
             ),
             ("w1_lockstep", lambda: measure(engines["lockstep"], w1)),
-            (f"w1_{other}", lambda: measure(engines[other], w1)),
             ("w2_cache_on", lambda: measure(engines["default"], w2)),
             ("w2_cache_off", lambda: measure(engines["no_cache"], w2)),
-            (f"w2_cache_on_{other}", lambda: measure(engines[other], w2)),
         ]
+        if other in engines:
+            jobs.insert(-2, (f"w1_{other}", lambda: measure(engines[other], w1)))
+            jobs.append((f"w2_cache_on_{other}", lambda: measure(engines[other], w2)))
         if not args.no_generate_batch:
             jobs.append(("hf_continuous_batching", lambda: asyncio.to_thread(hf_continuous, hf, w1)))
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in jobs}
@@ -343,10 +346,7 @@ def report(
     ov, ls, on, off = rs["w1_overlap"], rs["w1_lockstep"], rs["w2_cache_on"], rs["w2_cache_off"]
     mixed = args.mixed_steps == "on"
     other = f"mixed_{'off' if mixed else 'on'}"
-    ov2, on2 = rs[f"w1_{other}"], rs[f"w2_cache_on_{other}"]
-    # tok/s with mixed steps on over off, whichever the main engines use
-    w1_mixed = (ov["tok_s"] / ov2["tok_s"]) ** (1 if mixed else -1)
-    w2_mixed = (on["tok_s"] / on2["tok_s"]) ** (1 if mixed else -1)
+    w1_other, w2_other = mixed_compare(rs, mixed, other)
     gen = {k: v for k, v in peers.items() if k.startswith("hf_generate_b")}
     best_gen = min(gen, key=lambda k: gen[k]["seconds"])
     ref = gen.get("hf_generate_b16", gen[best_gen])["token_ids"]
@@ -357,9 +357,7 @@ def report(
         "mixed_steps": mixed,  # of radixserve_overlap and radixserve_lockstep
         "radixserve_overlap": strip(ov),
         "radixserve_lockstep": strip(ls),
-        f"radixserve_overlap_{other}": strip(ov2),
-        "ratio_mixed_on_vs_off": w1_mixed,
-        "mixed_on_off_same_tokens": ov["token_ids"] == ov2["token_ids"],
+        **w1_other,
         **{k: strip(v) for k, v in peers.items()},
         "hf_generate_best": best_gen,
         "ratio_radixserve_vs_hf_generate_best": ov["tok_s"] / gen[best_gen]["tok_s"],
@@ -386,9 +384,7 @@ def report(
         "mixed_steps": mixed,  # of cache_on and cache_off
         "cache_on": strip(on),
         "cache_off": strip(off),
-        f"cache_on_{other}": strip(on2),
-        "ratio_cache_on_mixed_on_vs_off": w2_mixed,
-        "outputs_identical_mixed_on_off": on["token_ids"] == on2["token_ids"],
+        **w2_other,
         "ratio_cache_on_vs_off": on["tok_s"] / off["tok_s"],
         "hit_rate_stats": on["hit_rate_stats"],
         "hit_rate_usage": on["hit_rate_usage"],
@@ -417,6 +413,28 @@ def report(
     return {"results": results, "path": str(path)}
 
 
+def mixed_compare(
+    rs: dict[str, dict[str, Any]], mixed: bool, other: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """W1's and W2's figures of the other `mixed_steps` setting, with the ratios
+    (tok/s with mixed steps on over off); empty where it was not run (--quick)."""
+    if f"w1_{other}" not in rs:
+        return {}, {}
+    ov, ov2, on, on2 = rs["w1_overlap"], rs[f"w1_{other}"], rs["w2_cache_on"], rs[f"w2_cache_on_{other}"]
+    sign = 1 if mixed else -1
+    w1 = {
+        f"radixserve_overlap_{other}": strip(ov2),
+        "ratio_mixed_on_vs_off": (ov["tok_s"] / ov2["tok_s"]) ** sign,
+        "mixed_on_off_same_tokens": ov["token_ids"] == ov2["token_ids"],
+    }
+    w2 = {
+        f"cache_on_{other}": strip(on2),
+        "ratio_cache_on_mixed_on_vs_off": (on["tok_s"] / on2["tok_s"]) ** sign,
+        "outputs_identical_mixed_on_off": on["token_ids"] == on2["token_ids"],
+    }
+    return w1, w2
+
+
 def strip(fig: dict[str, Any]) -> dict[str, Any]:
     """A run's figures without its token ids (kept out of the JSON)."""
     return {k: v for k, v in fig.items() if k != "token_ids"}
@@ -428,14 +446,15 @@ def print_summary(
     ov = w1["radixserve_overlap"]
     setting = "mixed on" if w1["mixed_steps"] else "mixed off"
     other = "mixed_off" if w1["mixed_steps"] else "mixed_on"
-    ov2, on2 = w1[f"radixserve_overlap_{other}"], w2[f"cache_on_{other}"]
+    ov2, on2 = w1.get(f"radixserve_overlap_{other}"), w2.get(f"cache_on_{other}")
     rows: list[list[Any]] = [
         ["W1-cpu", f"radixserve overlap, {setting}", ov["seconds"], ov["tok_s"], 1.0],
         ["W1-cpu", f"radixserve lockstep, {setting}", w1["radixserve_lockstep"]["seconds"],
          w1["radixserve_lockstep"]["tok_s"], 1 / w1["ratio_overlap_vs_lockstep"]],
-        ["W1-cpu", f"radixserve overlap, {other.replace('_', ' ')}", ov2["seconds"], ov2["tok_s"],
-         ov2["tok_s"] / ov["tok_s"]],
     ]  # fmt: skip
+    if ov2:
+        rows.append(["W1-cpu", f"radixserve overlap, {other.replace('_', ' ')}", ov2["seconds"], ov2["tok_s"],
+                     ov2["tok_s"] / ov["tok_s"]])  # fmt: skip
     for name, fig in peers.items():
         label = name.replace("hf_generate_b", "HF generate, batch ").replace(
             "hf_continuous_batching", "HF continuous batching"
@@ -448,9 +467,10 @@ def print_summary(
         ["W2-cpu", f"radixserve cache on, {setting}", on["seconds"], on["tok_s"], 1.0],
         ["W2-cpu", f"radixserve cache off, {setting}", off["seconds"], off["tok_s"],
          1 / w2["ratio_cache_on_vs_off"]],
-        ["W2-cpu", f"radixserve cache on, {other.replace('_', ' ')}", on2["seconds"], on2["tok_s"],
-         on2["tok_s"] / on["tok_s"]],
     ]  # fmt: skip
+    if on2:
+        label = f"radixserve cache on, {other.replace('_', ' ')}"
+        rows.append(["W2-cpu", label, on2["seconds"], on2["tok_s"], on2["tok_s"] / on["tok_s"]])
     print()
     print_table(["workload", "engine", "seconds", "output tok/s", "x first row of workload"], rows)
     print()
@@ -462,17 +482,20 @@ def print_summary(
          if "ratio_radixserve_vs_hf_continuous_batching" in w1 else "n/a"],
         ["W1 overlap / lockstep", f"{w1['ratio_overlap_vs_lockstep']:.2f}x"],
         ["W1 overlap and lockstep same tokens", w1["overlap_lockstep_same_tokens"]],
-        ["W1 mixed steps on / off", f"{w1['ratio_mixed_on_vs_off']:.2f}x"],
-        ["W1 mixed on and off same tokens", w1["mixed_on_off_same_tokens"]],
         ["W1 requests with HF generate's tokens",
          f"{w1['requests_same_tokens_as_hf_generate']}/{w1['requests']}"],
         ["W2 cache on / off", f"{w2['ratio_cache_on_vs_off']:.2f}x"],
         ["W2 hit rate (stats / usage / best)",
          f"{w2['hit_rate_stats']:.4f} / {w2['hit_rate_usage']:.4f} / {w2['hit_rate_best']:.4f}"],
         ["W2 outputs identical cache on/off", w2["outputs_identical_cache_on_off"]],
-        ["W2 cache on: mixed steps on / off", f"{w2['ratio_cache_on_mixed_on_vs_off']:.2f}x"],
-        ["W2 outputs identical mixed on/off", w2["outputs_identical_mixed_on_off"]],
     ]  # fmt: skip
+    if ov2:
+        ratios += [
+            ["W1 mixed steps on / off", f"{w1['ratio_mixed_on_vs_off']:.2f}x"],
+            ["W1 mixed on and off same tokens", w1["mixed_on_off_same_tokens"]],
+            ["W2 cache on: mixed steps on / off", f"{w2['ratio_cache_on_mixed_on_vs_off']:.2f}x"],
+            ["W2 outputs identical mixed on/off", w2["outputs_identical_mixed_on_off"]],
+        ]
     if "ratio_radixserve_vs_hf_generate_b16" in w1:
         ratios.insert(1, ["W1 radixserve / HF generate batch 16",
                           f"{w1['ratio_radixserve_vs_hf_generate_b16']:.2f}x"])  # fmt: skip
