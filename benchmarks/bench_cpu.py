@@ -8,7 +8,10 @@ common.py (EOS ignored, greedy).
 
 W1-cpu (16 requests, input and output lengths in [16, 128]):
 - radixserve: every request submitted at once through `AsyncEngine`; wall
-  clock from the first submit to the last token; overlap on and lockstep.
+  clock from the first submit to the last token; overlap on and lockstep,
+  with `--mixed-steps` (default: EngineConfig's), and overlap on with the
+  other setting (mixed prefill+decode steps against prefill first; not
+  with --quick, which CI runs).
 - transformers `generate`, static batches with left padding: requests are
   sorted by output length (longest first, which wastes least) and cut into
   batches of B; a batch runs `min_new_tokens = max_new_tokens` = its longest
@@ -21,7 +24,8 @@ W1-cpu (16 requests, input and output lengths in [16, 128]):
 W2 (scaled down, --w2-* flags): one engine with the radix cache on, one
 with it off; throughput ratio, the hit rate from `stats()` and from
 per-request usage against the best possible, and whether greedy outputs are
-the same with the cache on and off.
+the same with the cache on and off (cache on is also run with the other
+`mixed_steps` setting).
 
 Every engine is warmed up with a small request before it is timed. Figures
 are measured in interleaved rounds (every figure once per round, all engines
@@ -237,6 +241,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--w2-out", type=int, default=8)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     p.add_argument("--no-generate-batch", action="store_true", help="skip transformers' continuous batching")
+    p.add_argument(
+        "--mixed-steps",
+        choices=["on", "off"],
+        default="on" if EngineConfig.mixed_steps else "off",
+        help="EngineConfig.mixed_steps of the main engines (the other setting is measured beside them)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.w1_n, args.w1_lo, args.w1_hi, args.hf_batch_sizes = 4, 8, 16, [4]
@@ -255,11 +265,15 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
     of the machine hits every engine alike. transformers runs on a thread of
     `asyncio.to_thread`, off the main thread like the engines' own loops.
     """
-    configs = {
-        "default": {},
-        "lockstep": {"overlap": False},
-        "no_cache": {"enable_radix_cache": False},
+    mixed = args.mixed_steps == "on"
+    other = f"mixed_{'off' if mixed else 'on'}"
+    configs: dict[str, dict[str, Any]] = {
+        "default": {"mixed_steps": mixed},
+        "lockstep": {"overlap": False, "mixed_steps": mixed},
+        "no_cache": {"enable_radix_cache": False, "mixed_steps": mixed},
     }
+    if not args.quick:  # CI runs --quick: the comparison is for real runs
+        configs[other] = {"mixed_steps": not mixed}
     engines: dict[str, AsyncEngine] = {}
     try:
         for name, kw in configs.items():
@@ -277,6 +291,9 @@ async def run_rounds(args: argparse.Namespace, hf: Any, w1: list[Request], w2: l
             ("w2_cache_on", lambda: measure(engines["default"], w2)),
             ("w2_cache_off", lambda: measure(engines["no_cache"], w2)),
         ]
+        if other in engines:
+            jobs.insert(-2, (f"w1_{other}", lambda: measure(engines[other], w1)))
+            jobs.append((f"w2_cache_on_{other}", lambda: measure(engines[other], w2)))
         if not args.no_generate_batch:
             jobs.append(("hf_continuous_batching", lambda: asyncio.to_thread(hf_continuous, hf, w1)))
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in jobs}
@@ -327,6 +344,9 @@ def report(
     shape: W2Shape,
 ) -> dict[str, Any]:
     ov, ls, on, off = rs["w1_overlap"], rs["w1_lockstep"], rs["w2_cache_on"], rs["w2_cache_off"]
+    mixed = args.mixed_steps == "on"
+    other = f"mixed_{'off' if mixed else 'on'}"
+    w1_other, w2_other = mixed_compare(rs, mixed, other)
     gen = {k: v for k, v in peers.items() if k.startswith("hf_generate_b")}
     best_gen = min(gen, key=lambda k: gen[k]["seconds"])
     ref = gen.get("hf_generate_b16", gen[best_gen])["token_ids"]
@@ -334,8 +354,10 @@ def report(
         "requests": args.w1_n,
         "lengths": [args.w1_lo, args.w1_hi],
         "output_tokens": ov["output_tokens"],
+        "mixed_steps": mixed,  # of radixserve_overlap and radixserve_lockstep
         "radixserve_overlap": strip(ov),
         "radixserve_lockstep": strip(ls),
+        **w1_other,
         **{k: strip(v) for k, v in peers.items()},
         "hf_generate_best": best_gen,
         "ratio_radixserve_vs_hf_generate_best": ov["tok_s"] / gen[best_gen]["tok_s"],
@@ -359,8 +381,10 @@ def report(
             "question": shape.q_len / W2_FULL.q_len,
             "output": shape.out_len / W2_FULL.out_len,
         },
+        "mixed_steps": mixed,  # of cache_on and cache_off
         "cache_on": strip(on),
         "cache_off": strip(off),
+        **w2_other,
         "ratio_cache_on_vs_off": on["tok_s"] / off["tok_s"],
         "hit_rate_stats": on["hit_rate_stats"],
         "hit_rate_usage": on["hit_rate_usage"],
@@ -378,6 +402,7 @@ def report(
         results,
         quick=args.quick,
         repeats=args.repeats,
+        mixed_steps=mixed,
         torch_threads=threads,
         env=args.env,
         load_average_end=load_average(),
@@ -386,6 +411,28 @@ def report(
     print_summary(w1_fig, w2_fig, peers, cb_error)
     log(f"wrote {path}")
     return {"results": results, "path": str(path)}
+
+
+def mixed_compare(
+    rs: dict[str, dict[str, Any]], mixed: bool, other: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """W1's and W2's figures of the other `mixed_steps` setting, with the ratios
+    (tok/s with mixed steps on over off); empty where it was not run (--quick)."""
+    if f"w1_{other}" not in rs:
+        return {}, {}
+    ov, ov2, on, on2 = rs["w1_overlap"], rs[f"w1_{other}"], rs["w2_cache_on"], rs[f"w2_cache_on_{other}"]
+    sign = 1 if mixed else -1
+    w1 = {
+        f"radixserve_overlap_{other}": strip(ov2),
+        "ratio_mixed_on_vs_off": (ov["tok_s"] / ov2["tok_s"]) ** sign,
+        "mixed_on_off_same_tokens": ov["token_ids"] == ov2["token_ids"],
+    }
+    w2 = {
+        f"cache_on_{other}": strip(on2),
+        "ratio_cache_on_mixed_on_vs_off": (on["tok_s"] / on2["tok_s"]) ** sign,
+        "outputs_identical_mixed_on_off": on["token_ids"] == on2["token_ids"],
+    }
+    return w1, w2
 
 
 def strip(fig: dict[str, Any]) -> dict[str, Any]:
@@ -397,11 +444,17 @@ def print_summary(
     w1: dict[str, Any], w2: dict[str, Any], peers: dict[str, dict[str, Any]], cb_error: str | None
 ) -> None:
     ov = w1["radixserve_overlap"]
+    setting = "mixed on" if w1["mixed_steps"] else "mixed off"
+    other = "mixed_off" if w1["mixed_steps"] else "mixed_on"
+    ov2, on2 = w1.get(f"radixserve_overlap_{other}"), w2.get(f"cache_on_{other}")
     rows: list[list[Any]] = [
-        ["W1-cpu", "radixserve overlap", ov["seconds"], ov["tok_s"], 1.0],
-        ["W1-cpu", "radixserve lockstep", w1["radixserve_lockstep"]["seconds"],
+        ["W1-cpu", f"radixserve overlap, {setting}", ov["seconds"], ov["tok_s"], 1.0],
+        ["W1-cpu", f"radixserve lockstep, {setting}", w1["radixserve_lockstep"]["seconds"],
          w1["radixserve_lockstep"]["tok_s"], 1 / w1["ratio_overlap_vs_lockstep"]],
     ]  # fmt: skip
+    if ov2:
+        rows.append(["W1-cpu", f"radixserve overlap, {other.replace('_', ' ')}", ov2["seconds"], ov2["tok_s"],
+                     ov2["tok_s"] / ov["tok_s"]])  # fmt: skip
     for name, fig in peers.items():
         label = name.replace("hf_generate_b", "HF generate, batch ").replace(
             "hf_continuous_batching", "HF continuous batching"
@@ -411,9 +464,13 @@ def print_summary(
         rows.append(["W1-cpu", "HF continuous batching", None, None, f"failed: {cb_error[:60]}"])
     on, off = w2["cache_on"], w2["cache_off"]
     rows += [
-        ["W2-cpu", "radixserve cache on", on["seconds"], on["tok_s"], 1.0],
-        ["W2-cpu", "radixserve cache off", off["seconds"], off["tok_s"], 1 / w2["ratio_cache_on_vs_off"]],
-    ]
+        ["W2-cpu", f"radixserve cache on, {setting}", on["seconds"], on["tok_s"], 1.0],
+        ["W2-cpu", f"radixserve cache off, {setting}", off["seconds"], off["tok_s"],
+         1 / w2["ratio_cache_on_vs_off"]],
+    ]  # fmt: skip
+    if on2:
+        label = f"radixserve cache on, {other.replace('_', ' ')}"
+        rows.append(["W2-cpu", label, on2["seconds"], on2["tok_s"], on2["tok_s"] / on["tok_s"]])
     print()
     print_table(["workload", "engine", "seconds", "output tok/s", "x first row of workload"], rows)
     print()
@@ -432,6 +489,13 @@ def print_summary(
          f"{w2['hit_rate_stats']:.4f} / {w2['hit_rate_usage']:.4f} / {w2['hit_rate_best']:.4f}"],
         ["W2 outputs identical cache on/off", w2["outputs_identical_cache_on_off"]],
     ]  # fmt: skip
+    if ov2:
+        ratios += [
+            ["W1 mixed steps on / off", f"{w1['ratio_mixed_on_vs_off']:.2f}x"],
+            ["W1 mixed on and off same tokens", w1["mixed_on_off_same_tokens"]],
+            ["W2 cache on: mixed steps on / off", f"{w2['ratio_cache_on_mixed_on_vs_off']:.2f}x"],
+            ["W2 outputs identical mixed on/off", w2["outputs_identical_mixed_on_off"]],
+        ]
     if "ratio_radixserve_vs_hf_generate_b16" in w1:
         ratios.insert(1, ["W1 radixserve / HF generate batch 16",
                           f"{w1['ratio_radixserve_vs_hf_generate_b16']:.2f}x"])  # fmt: skip

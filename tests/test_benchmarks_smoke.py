@@ -96,6 +96,7 @@ def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
     for key in ("ratio_radixserve_vs_hf_generate_best", "ratio_overlap_vs_lockstep", "ratio_cache_on_vs_off"):
         assert (w1 | w2)[key] > 0
     assert w1["overlap_lockstep_same_tokens"] is True
+    assert w1["mixed_steps"] is w2["mixed_steps"] is doc["mixed_steps"] is True  # the setting is recorded
     assert w2["outputs_identical_cache_on_off"] is True
     assert 0 < w2["hit_rate_best"] < 1
     for key in ("hit_rate_stats", "hit_rate_usage"):

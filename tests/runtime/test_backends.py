@@ -20,6 +20,7 @@ import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
 from radixserve.runtime.attention import BACKEND_NAMES, TorchAttention, make_attention_backend
+from radixserve.runtime.forward_batch import ForwardBatch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from attention_cases import CPU_CASES, Case, clone_pool, compare, make_pool_and_batch  # noqa: E402
@@ -72,6 +73,33 @@ def test_import_radixserve_does_not_import_gpu_libraries() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --- torch backend: a mixed step's decode rows in one batched call -------------
+
+
+MIXED_CASES = [CPU_CASES[0], Case("mixed_mha_3dec", 4, 4, 32, (5, 0, 30, 12), (1, 9, 1, 1))]
+
+
+@pytest.mark.parametrize("case", MIXED_CASES, ids=[c.name for c in MIXED_CASES])
+def test_torch_mixed_step_equals_each_request_alone(case: Case) -> None:
+    """Decode rows beside prefill rows take the batched decode call; each request's
+    output equals the same request run alone (one SDPA call of its own)."""
+    pool, batch = make_pool_and_batch(case, "cpu")
+    scale = case.head_dim**-0.5
+    attn = TorchAttention(pool, case.num_heads, case.num_kv_heads, case.head_dim, scale)
+    attn.plan(batch)
+    assert attn._decode is not None and attn._decode[0] is not None  # the mixed path runs
+    q = torch.randn(batch.num_tokens, case.num_heads, case.head_dim)
+    k, v = (torch.randn(batch.num_tokens, case.num_kv_heads, case.head_dim) for _ in range(2))
+    out = attn.forward(q, k, v, 0, batch)
+    for i, (p, e) in enumerate(zip(batch.prefix_lens, batch.extend_lens, strict=True)):
+        q0, q1 = int(batch.qo_indptr[i]), int(batch.qo_indptr[i + 1])
+        slots = batch.kv_indices[int(batch.kv_indptr[i]) : int(batch.kv_indptr[i + 1])]
+        alone = ForwardBatch.build(torch.zeros(e, dtype=torch.int64), [e], [p], [slots])
+        attn.plan(alone)
+        ref = attn.forward(q[q0:q1], k[q0:q1], v[q0:q1], 0, alone)
+        assert torch.allclose(out[q0:q1], ref, atol=1e-6, rtol=1e-5), (case.name, i)
 
 
 # --- Triton kernels on the CPU (interpreter) ----------------------------------

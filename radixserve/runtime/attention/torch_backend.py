@@ -1,12 +1,18 @@
-"""Reference attention in plain PyTorch: one SDPA call per request
-(one batched, padded call for a decode step).
+"""Reference attention in plain PyTorch: one batched, padded SDPA call for
+the decode rows (one new token each) of a step, and one SDPA call per
+request for the rest (prefill chunks, jump-forward extends).
 
 Correct on any device and the yardstick for the Triton and FlashInfer
-backends; slow on a GPU (a Python loop over requests). A decode step that
-carries shared-prefix groups takes the cascade path (torch_cascade.py).
+backends; slow on a GPU (a Python loop over requests). The decode rows of
+a mixed step (decode tokens beside prefill chunks) take the batched call
+too: on the CPU a per-request call costs about as much as a whole batched
+one. A decode step that carries shared-prefix groups takes the cascade path
+(torch_cascade.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -28,23 +34,49 @@ class TorchAttention(AttentionBackend):
             self._qo.append(self._qo[-1] + e)
             self._kv.append(self._kv[-1] + p + e)
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
-        self._decode: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Decode rows in one batched call: (their q rows, None when every row decodes;
+        # padded slots; mask). `_loop`: the requests that take a call each.
+        self._decode: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = None
+        self._loop: Sequence[int] = range(batch.batch_size)
         self._cascade: TorchCascadePlan | None = None
         if batch.cascade is not None and batch.is_decode:
             self._cascade = plan_cascade(batch, batch.cascade)
-        elif batch.is_decode and batch.batch_size > 1:
-            self._decode = self._plan_decode(batch)
+            return
+        ones = [i for i, e in enumerate(batch.extend_lens) if e == 1]
+        if len(ones) > 1:
+            self._decode = self._plan_decode(batch, ones)
+            self._loop = [i for i, e in enumerate(batch.extend_lens) if e != 1]
 
-    def _plan_decode(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Slots padded to the longest context `[B, L]`, and the mask of real ones:
-        a decode step then takes one batched SDPA per layer instead of B calls."""
-        lens = torch.tensor(batch.seq_lens, device=batch.kv_indices.device)
-        width = max(batch.seq_lens)
-        cols = torch.arange(width, device=lens.device)[None, :]
+    def _plan_decode(
+        self, batch: ForwardBatch, rows: list[int]
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """The q rows of requests `rows` (one new token each), their slots padded to the
+        longest context `[R, L]`, and the mask of real ones: one batched SDPA per layer
+        instead of R calls."""
+        device = batch.kv_indices.device
+        seq = [self._kv[i + 1] - self._kv[i] for i in rows]
+        lens = torch.tensor(seq, device=device)
+        cols = torch.arange(max(seq), device=device)[None, :]
         valid = cols < lens[:, None]
-        starts = torch.tensor(self._kv[:-1], device=lens.device)[:, None]
+        starts = torch.tensor([self._kv[i] for i in rows], device=device)[:, None]
         idx = torch.where(valid, starts + cols, torch.zeros_like(cols))
-        return batch.kv_indices.long()[idx], valid[:, None, None, :]
+        q_rows = None
+        if len(rows) < batch.batch_size:
+            q_rows = torch.tensor([self._qo[i] for i in rows], device=device)
+        return q_rows, batch.kv_indices.long()[idx], valid[:, None, None, :]
+
+    def _batched_decode(
+        self, q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, gqa: bool
+    ) -> torch.Tensor:
+        assert self._decode is not None
+        q_rows, slots, dmask = self._decode
+        qd = q if q_rows is None else q[q_rows]
+        kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [R, Hkv, L, D]
+        vb = v_buf[slots].transpose(1, 2).to(q.dtype)
+        o = F.scaled_dot_product_attention(
+            qd[:, :, None, :], kb, vb, attn_mask=dmask, scale=self.scale, enable_gqa=gqa
+        )
+        return o[:, :, 0, :]
 
     def _mask(self, prefix: int, extend: int, device: torch.device) -> torch.Tensor:
         key = (prefix, extend)
@@ -62,16 +94,13 @@ class TorchAttention(AttentionBackend):
         gqa = self.num_heads != self.num_kv_heads
         if self._cascade is not None:
             return cascade_forward(q, k_buf, v_buf, self._cascade, self.scale)
-        if self._decode is not None:
-            slots, dmask = self._decode
-            kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
-            vb = v_buf[slots].transpose(1, 2).to(q.dtype)
-            o = F.scaled_dot_product_attention(
-                q[:, :, None, :], kb, vb, attn_mask=dmask, scale=self.scale, enable_gqa=gqa
-            )
-            return o[:, :, 0, :]
+        if self._decode is not None and self._decode[0] is None:  # a decode step
+            return self._batched_decode(q, k_buf, v_buf, gqa)
         out = torch.empty_like(q)
-        for i, (prefix, extend) in enumerate(zip(batch.prefix_lens, batch.extend_lens)):
+        if self._decode is not None:  # the decode rows of a mixed step
+            out[self._decode[0]] = self._batched_decode(q, k_buf, v_buf, gqa)
+        for i in self._loop:
+            prefix, extend = batch.prefix_lens[i], batch.extend_lens[i]
             q0, q1 = self._qo[i], self._qo[i + 1]
             slots = batch.kv_indices[self._kv[i] : self._kv[i + 1]]
             qi = q[q0:q1].transpose(0, 1)  # [Hq, n, D]
