@@ -1,4 +1,7 @@
-"""The HTTP soak at CI size (RADIXSERVE_SOAK_REQUESTS, default 80; the benchmark runs 1,000)."""
+"""The HTTP soak at CI size (RADIXSERVE_SOAK_REQUESTS, default 48; the benchmark runs 1,000).
+
+The plan of request kinds is drawn up front from the seed; seed 1's first 48 requests hold
+every kind, so the CI size still sends each one (asserted)."""
 
 from __future__ import annotations
 
@@ -15,11 +18,12 @@ from .conftest import API_KEY, LIMITS, settled
 
 @pytest.mark.slow
 def test_soak_mixed_requests_disconnects_and_invalid_bodies(live: ServerThread) -> None:
-    n = int(os.environ.get("RADIXSERVE_SOAK_REQUESTS", "80"))
+    n = int(os.environ.get("RADIXSERVE_SOAK_REQUESTS", "48"))
     soak = load_script(BENCHMARKS / "soak_server.py", "radixserve_soak_server")
     report = asyncio.run(soak.soak(live.url, API_KEY, n, 16, LIMITS.max_body_bytes, seed=1))
     assert not report["failed"] and not report["errors"], report
     assert sum(report["ok"].values()) == n and report["still_serving"]
-    assert {"disconnect_stream", "bad_json", "stream_n", "completion_n"} <= set(report["ok"])
+    if n >= 48:
+        assert set(report["ok"]) == {kind for kind, _ in soak.KINDS}, report["ok"]
     settled(live)  # nothing running, every KV slot accounted for
     assert live.app.state.gate.in_flight == 0
