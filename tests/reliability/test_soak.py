@@ -11,7 +11,7 @@ import os
 import pytest
 from script_loader import BENCHMARKS, load_script
 
-N = int(os.environ.get("RADIXSERVE_SOAK_REQUESTS", "64"))  # 48 run at once: still retracts
+N = int(os.environ.get("RADIXSERVE_SOAK_REQUESTS", "100"))
 
 
 @pytest.mark.slow
