@@ -38,7 +38,6 @@ from common import environment, print_table, record, write_results  # noqa: E402
 
 import radixserve.lang as sgl  # noqa: E402
 from radixserve import Engine  # noqa: E402
-from radixserve.lang.engine_backend import structured_output_available  # noqa: E402
 
 SUBJECTS = ["biology", "history", "physics", "geography", "economics", "chemistry", "music", "law"]
 
@@ -208,12 +207,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         assert all(st.error() is None for st in warm)
         for name in chosen:
             fn, batch = wl[name]
-            if name == "json" and not structured_output_available():
-                print("json: skipped: no structured output in this build (SamplingParams.json_schema)")
-                results.append(
-                    record("lang-json", args.model, dtype, device, {}, skipped="no structured output")
-                )
-                continue
             modes = {
                 "program+cache": (on, batch_runner(fn, batch, on, 0)),
                 "program,no-cache": (off, batch_runner(fn, batch, off, 0)),

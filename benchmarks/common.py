@@ -249,3 +249,12 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], file: Any = None) -> None:
     print(format_table(headers, rows), file=file or sys.stdout, flush=True)
+
+
+def print_error_rows(title: str, rows: Sequence[tuple[str, Any]], tol: float, width: int = 48) -> None:
+    """A correctness table: each key's relative error (or the error that stopped it), ok below `tol`."""
+    print(f"\n{title:<{width}} {'rel err':>10}  ok")
+    for key, err in rows:
+        ok = isinstance(err, float) and 0 <= err < tol
+        shown = f"{err:.2e}" if isinstance(err, float) else str(err)[:60]
+        print(f"{key:<{width}} {shown:>10}  {'yes' if ok else 'NO'}")

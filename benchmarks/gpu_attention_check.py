@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import commit_label, provenance  # noqa: E402
+from benchmarks.common import commit_label, print_error_rows, provenance  # noqa: E402
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig  # noqa: E402
 from radixserve.runtime.attention import AttentionBackend, TorchAttention  # noqa: E402
 from radixserve.runtime.forward_batch import ForwardBatch  # noqa: E402
@@ -180,15 +180,10 @@ def check(shape: Shape, kind: str, reqs: list[tuple[int, int]], layers: int = 2)
 # --- 3. timings -------------------------------------------------------------------------------
 
 
-def bench(shape: Shape, kind: str, reqs: list[tuple[int, int]], layers: int = 4) -> float:
-    """Median ms of one layer's forward (K/V write + attention), rotating layers."""
+def median_layer_ms(backend: AttentionBackend, batch: ForwardBatch, shape: Shape, layers: int) -> float:
+    """Median ms of one layer's forward (K/V write + attention) of a planned batch, rotating layers."""
     from triton.testing import do_bench
 
-    num_slots = sum(p + e for p, e in reqs) + 64
-    pool = make_pool(shape, num_slots, layers)
-    batch = make_batch(reqs, num_slots)
-    backend = make_backend(kind, pool, shape)
-    backend.plan(batch)
     t = batch.num_tokens
     q = torch.randn(t, shape.num_heads, shape.head_dim, device="cuda", dtype=DTYPE)
     k = torch.randn(t, shape.num_kv_heads, shape.head_dim, device="cuda", dtype=DTYPE)
@@ -200,6 +195,15 @@ def bench(shape: Shape, kind: str, reqs: list[tuple[int, int]], layers: int = 4)
         step[0] += 1
 
     return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+
+
+def bench(shape: Shape, kind: str, reqs: list[tuple[int, int]], layers: int = 4) -> float:
+    num_slots = sum(p + e for p, e in reqs) + 64
+    pool = make_pool(shape, num_slots, layers)
+    batch = make_batch(reqs, num_slots)
+    backend = make_backend(kind, pool, shape)
+    backend.plan(batch)
+    return median_layer_ms(backend, batch, shape, layers)
 
 
 def kv_bytes(shape: Shape, reqs: list[tuple[int, int]]) -> int:
@@ -319,11 +323,7 @@ def print_table(report: dict[str, Any]) -> None:
     print("\n=== attention check:", json.dumps(report["versions"]))
     if "flashinfer_build" in report:
         print("flashinfer build/load:", report["flashinfer_build"])
-    print(f"\n{'correctness (bf16 vs fp32 torch)':<48} {'rel err':>10}  ok")
-    for key, err in report.get("rel_err", {}).items():
-        ok = isinstance(err, float) and 0 <= err < BF16_TOL
-        shown = f"{err:.2e}" if isinstance(err, float) else str(err)[:60]
-        print(f"{key:<48} {shown:>10}  {'yes' if ok else 'NO'}")
+    print_error_rows("correctness (bf16 vs fp32 torch)", list(report.get("rel_err", {}).items()), BF16_TOL)
     print(f"\n{'timing (one layer: K/V write + attention)':<56} {'median ms':>10} {'rate':>14}")
     derived = report.get("derived", {})
     for key, ms in report.get("median_ms", {}).items():

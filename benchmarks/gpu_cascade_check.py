@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import provenance  # noqa: E402
+from benchmarks.common import print_error_rows, provenance  # noqa: E402
 from benchmarks.gpu_attention_check import (  # noqa: E402
     BF16_TOL,
     DTYPE,
@@ -40,6 +40,7 @@ from benchmarks.gpu_attention_check import (  # noqa: E402
     Shape,
     make_backend,
     make_pool,
+    median_layer_ms,
     pack_flashinfer_cache,
     rel_err,
     versions,
@@ -123,23 +124,12 @@ def check(shape: Shape, case: str, layers: int = 2) -> dict[str, float]:
 
 
 def bench(shape: Shape, n: int, cascade: bool, layers: int = 4) -> float:
-    from triton.testing import do_bench
-
     fb, slots = cascade_batch([(list(range(n)), 4096)], [8 + 128] * n)
     batch = fb if cascade else plain(fb)
     pool = make_pool(shape, slots, layers)
     backend = make_backend("flashinfer", pool, shape)
     backend.plan(batch)
-    q = torch.randn(n, shape.num_heads, shape.head_dim, device="cuda", dtype=DTYPE)
-    k = torch.randn(n, shape.num_kv_heads, shape.head_dim, device="cuda", dtype=DTYPE)
-    v = torch.randn(n, shape.num_kv_heads, shape.head_dim, device="cuda", dtype=DTYPE)
-    step = [0]
-
-    def fn() -> None:
-        backend.forward(q, k, v, step[0] % layers, batch)
-        step[0] += 1
-
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    return median_layer_ms(backend, batch, shape, layers)
 
 
 def main() -> int:
@@ -182,12 +172,12 @@ def main() -> int:
     report["failed"] = failed
     report["fi_cache"] = pack_flashinfer_cache(OUT)
     (OUT / "cascade_check.json").write_text(json.dumps(report, indent=2))
-    print(f"\n{'correctness (bf16; rel err)':<60} {'err':>10}  ok")
-    for key, errs in errors.items():
-        for k, err in errs.items() if isinstance(errs, dict) else [("error", errs)]:
-            ok = isinstance(err, float) and 0 <= err < BF16_TOL
-            shown = err if isinstance(err, str) else f"{err:.2e}"
-            print(f"{key + '/' + k:<60} {shown:>10}  {'yes' if ok else 'NO'}")
+    rows = [
+        (f"{key}/{k}", err)
+        for key, errs in errors.items()
+        for k, err in (errs.items() if isinstance(errs, dict) else [("error", errs)])
+    ]
+    print_error_rows("correctness (bf16; rel err)", rows, BF16_TOL, width=60)
     print(f"\n{'W5 middle step, Llama-8B heads, one layer':<44} {'plain ms':>9} {'cascade ms':>11} {'x':>6}")
     for key, t in timings.items():
         if isinstance(t, dict):

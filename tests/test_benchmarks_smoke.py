@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,20 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from script_loader import BENCHMARKS, load_script
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load_common() -> Any:
-    spec = importlib.util.spec_from_file_location("radixserve_bench_common", BENCH / "common.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _load_common()
+common = load_script(BENCHMARKS / "common.py", "radixserve_bench_common")
 W2_FULL, W2Shape, best_hit_rate = common.W2_FULL, common.W2Shape, common.best_hit_rate
 format_table, w1_requests, w2_requests = common.format_table, common.w1_requests, common.w2_requests
 
@@ -77,7 +65,7 @@ def test_format_table() -> None:
 def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_cpu.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(BENCHMARKS / "bench_cpu.py"), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -141,7 +129,7 @@ def test_provenance_without_git_falls_back_to_the_env_and_says_so(
 
 
 def _load_suite(name: str) -> Any:
-    sys.path.insert(0, str(BENCH.parent))
+    sys.path.insert(0, str(BENCHMARKS.parent))
     import importlib
 
     return importlib.import_module(f"benchmarks.suite.{name}")
@@ -162,7 +150,7 @@ def test_suite_arithmetic() -> None:
 
 
 def test_gpu_suite_sections_are_selectable() -> None:
-    sys.path.insert(0, str(BENCH.parent))
+    sys.path.insert(0, str(BENCHMARKS.parent))
     import importlib
 
     suite = importlib.import_module("benchmarks.gpu_suite")
@@ -174,7 +162,15 @@ def test_gpu_suite_sections_are_selectable() -> None:
 
 def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "gpu_suite.py"), "--quick", "--device", "cpu", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            str(BENCHMARKS / "gpu_suite.py"),
+            "--quick",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

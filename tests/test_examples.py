@@ -6,28 +6,15 @@ fastapi and httpx are dev requirements: without them these tests fail (ImportErr
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
+from script_loader import load_example
 
 from radixserve import EngineConfig, SamplingParams
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the body model's annotations through it
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_async_quickstart_streams_then_completes(capsys: pytest.CaptureFixture[str]) -> None:

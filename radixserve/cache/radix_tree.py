@@ -10,117 +10,23 @@ first token (their first page when `page_size > 1`), and at the root by
 The ownership rules and the lock protocol are on `RadixCache`.
 
 Access times come from a counter bumped once per `match_prefix`/`insert`,
-not the wall clock, so the eviction order is deterministic. Evictable
-leaves sit in a heap keyed by (last access, node id) with lazy
-invalidation: an entry whose node has since been touched, locked, given a
-child or evicted is dropped when popped, so `evict` never rescans the tree.
+not the wall clock, so the eviction order is deterministic. The node types
+are in `cache/tree_node.py`, the eviction heap in `cache/eviction.py` and
+the full invariant check in `cache/integrity.py`.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.eviction import LeafHeap
+from radixserve.cache.integrity import check_tree
+from radixserve.cache.tree_node import CacheStats, Key, MatchResult, TreeNode, as_key, common_prefix_len
 
-Key = tuple[int, ...]
-
-
-class TreeNode:
-    """One edge of the tree: `key` tokens whose KV lives in `slots`.
-
-    Splitting a node keeps this object as the lower half (it still ends at
-    the same position), so a request holding it as its `last_node` stays
-    valid. `parent is None` means root, or a node that has been evicted.
-    """
-
-    __slots__ = ("key", "slots", "children", "parent", "child_key", "lock_ref", "last_access", "id")
-
-    def __init__(
-        self,
-        key: Key,
-        slots: torch.Tensor,
-        parent: TreeNode | None,
-        child_key: Hashable,
-        last_access: int,
-        node_id: int,
-        lock_ref: int = 0,
-    ) -> None:
-        self.key = key
-        self.slots = slots
-        self.children: dict[Hashable, TreeNode] = {}
-        self.parent = parent
-        self.child_key = child_key  # this node's key in parent.children
-        self.lock_ref = lock_ref
-        self.last_access = last_access
-        self.id = node_id
-
-    @property
-    def length(self) -> int:
-        return len(self.key)
-
-    @property
-    def is_leaf(self) -> bool:
-        return not self.children
-
-    def __repr__(self) -> str:
-        head = ", ".join(map(str, self.key[:8])) + (", …" if len(self.key) > 8 else "")
-        return f"TreeNode(id={self.id}, key=({head}), len={len(self.key)}, lock_ref={self.lock_ref})"
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """The cached prefix of a key: its slots (int64, 1-D, read-only: the tree owns them)
-    and the node where it ends (lock it before using the slots)."""
-
-    slots: torch.Tensor
-    last_node: TreeNode
-
-    @property
-    def length(self) -> int:
-        return self.slots.shape[0]
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    queried_tokens: int  # sum of len(key) over match_prefix calls
-    hit_tokens: int  # sum of matched lengths
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
-
-
-def _common_prefix_len(edge: Key, key: Key, start: int, end: int) -> int:
-    """Length of the common prefix of `edge` and `key[start:end]`.
-
-    Tuple slice comparison runs in C; when the whole range does not match, a
-    binary search on slices finds the first difference with O(n) element
-    comparisons in total and O(log n) Python steps, instead of a Python loop
-    over tokens.
-    """
-    n = min(len(edge), end - start)
-    if key[start : start + n] == edge[:n]:
-        return n
-    lo, hi = 0, n  # edge[:lo] matches; the first mismatch is in [lo, hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if key[start + lo : start + mid] == edge[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _as_key(key: Sequence[int] | torch.Tensor) -> Key:
-    if isinstance(key, tuple):
-        return key
-    if hasattr(key, "tolist"):  # torch tensor or numpy array
-        return tuple(key.tolist())
-    return tuple(key)
+__all__ = ["CacheStats", "MatchResult", "RadixCache", "TreeNode"]
 
 
 class RadixCache:
@@ -175,7 +81,7 @@ class RadixCache:
         self._next_id = 0
         self._clock = 0
         self.root = self._new_node((), self._empty, None, None)
-        self._heap: list[tuple[int, int, TreeNode]] = []  # (last_access, id, node) of evictable leaves
+        self._leaves = LeafHeap()  # evictable leaves, least recently used first
         self._evictable = 0
         self._protected = 0
         self._num_nodes = 0  # excluding the root
@@ -226,25 +132,9 @@ class RadixCache:
         between (e.g. from an allocation) may free them. A scheduler that must
         compute at least one token (to get logits) matches `key[:-1]`.
         """
-        key = _as_key(key)
-        end = self.page_aligned(len(key))
-        self._clock += 1
-        now = self._clock
-        node, pos = self.root, 0
+        key = as_key(key)
         parts: list[torch.Tensor] = []
-        while pos < end:
-            child = node.children.get(self._child_key(node, key, pos, extra_key))
-            if child is None:
-                break
-            m = self.page_aligned(_common_prefix_len(child.key, key, pos, end))
-            partial = m < len(child.key)
-            if partial:  # the match ends inside this edge
-                child = self._split(child, m)
-            child.last_access = now
-            parts.append(child.slots)
-            node, pos = child, pos + m
-            if partial:
-                break
+        node, pos = self._walk(key, extra_key, parts)
         self._refresh_leaf(node)
         self._queried += len(key)
         self._hits += pos
@@ -276,27 +166,13 @@ class RadixCache:
         then guaranteed cached, so `cached >= own_start`. Refreshes access
         times along the path, like `match_prefix` (but counts no statistics).
         """
-        key = _as_key(key)
+        key = as_key(key)
         if slots.dim() != 1 or slots.shape[0] != len(key):
             raise ValueError(
                 f"insert needs one slot per token: {len(key)} tokens, slots {tuple(slots.shape)}"
             )
         end = self.page_aligned(len(key))
-        self._clock += 1
-        now = self._clock
-        node, pos = self.root, 0
-        while pos < end:
-            child = node.children.get(self._child_key(node, key, pos, extra_key))
-            if child is None:
-                break
-            m = self.page_aligned(_common_prefix_len(child.key, key, pos, end))
-            partial = m < len(child.key)
-            if partial:  # diverges (or ends) inside this edge: the new leaf hangs off the split
-                child = self._split(child, m)
-            child.last_access = now
-            node, pos = child, pos + m
-            if partial:
-                break
+        node, pos = self._walk(key, extra_key, None)
         cached = pos
         if pos < end:
             new_slots = slots[pos:end].to(device=self.allocator.device, dtype=torch.int64, copy=True)
@@ -357,12 +233,9 @@ class RadixCache:
         """
         freed = 0
         out: list[torch.Tensor] = []
-        heap = self._heap
-        while freed < n_tokens and heap:
-            stamp, _, node = heapq.heappop(heap)
-            if node.parent is None or node.children or node.lock_ref or node.last_access != stamp:
-                continue  # stale: evicted, grew a child, locked, or touched since pushed
+        while freed < n_tokens and (node := self._leaves.pop()) is not None:
             parent = node.parent
+            assert parent is not None
             del parent.children[node.child_key]
             node.parent = None
             self._num_nodes -= 1
@@ -403,90 +276,50 @@ class RadixCache:
         if parts:
             self.allocator.free(torch.cat(parts))
         self.root.children = {}
-        self._heap = []
+        self._leaves.clear()
         self._evictable = 0
         self._num_nodes = 0
 
     # ---- integrity ------------------------------------------------------------------------
 
     def check_integrity(self, live_slots: Iterable[torch.Tensor] = ()) -> None:
-        """Raise AssertionError unless the tree and the allocator agree.
+        """Raise AssertionError unless the tree and the allocator agree (see `cache/integrity.py`).
 
         `live_slots`: the slots running requests own and have not inserted
-        (not their matched prefixes, which the tree owns). Checks that every
-        allocator slot is exactly one of free / in the tree / live, that the
-        size counters add up, that each node's lock count is at least the sum
-        of its children's, that parents were accessed no earlier than their
-        children, and that every evictable leaf is in the eviction heap.
+        (not their matched prefixes, which the tree owns).
         """
-        heap_entries = {(stamp, node_id) for stamp, node_id, _ in self._heap}
-        evictable = protected = nodes = 0
-        tree_parts: list[torch.Tensor] = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            child_locks = 0
-            for ck, child in node.children.items():
-                first = child.key[0] if self.page_size == 1 else child.key[: self.page_size]
-                _require(child.parent is node, f"{child} has a wrong parent")
-                _require(child.child_key == ck, f"{child} is filed under {ck!r}")
-                filed = (
-                    ck[1] if node is self.root and isinstance(ck, tuple) else ck
-                )  # root: (extra_key, first)
-                _require(filed == first, f"{child} filed under {ck!r}")
-                _require(len(child.key) > 0 and len(child.key) % self.page_size == 0, f"{child}: bad length")
-                _require(child.slots.shape == (len(child.key),), f"{child}: {child.slots.shape[0]} slots")
-                _require(child.lock_ref >= 0, f"{child}: negative lock count")
-                if node is not self.root:
-                    _require(child.last_access <= node.last_access, f"{child} accessed after its parent")
-                child_locks += child.lock_ref
-                stack.append(child)
-            if node is self.root:
-                continue
-            nodes += 1
-            tree_parts.append(node.slots)
-            _require(node.lock_ref >= child_locks, f"{node}: lock count below its children's ({child_locks})")
-            if node.lock_ref:
-                protected += len(node.key)
-            else:
-                evictable += len(node.key)
-                if not node.children:
-                    _require(
-                        (node.last_access, node.id) in heap_entries, f"evictable leaf {node} not in heap"
-                    )
-        _require(nodes == self._num_nodes, f"num_nodes {self._num_nodes}, tree has {nodes}")
-        _require(
-            (evictable, protected) == (self._evictable, self._protected),
-            f"counters evictable={self._evictable} protected={self._protected}, "
-            f"tree has evictable={evictable} protected={protected}",
-        )
-        self._check_slots(tree_parts, list(live_slots))
-
-    def _check_slots(self, tree_parts: list[torch.Tensor], live_parts: list[torch.Tensor]) -> None:
-        num_slots = self.allocator.num_slots
-        groups = {
-            "free": [self.allocator.free_slots()],
-            "tree": tree_parts,
-            "live": live_parts,
-        }
-        counts = {}
-        for name, parts in groups.items():
-            flat = torch.cat([p.reshape(-1).to("cpu", torch.int64) for p in parts]) if parts else None
-            if flat is None or flat.numel() == 0:
-                counts[name] = torch.zeros(num_slots, dtype=torch.int64)
-                continue
-            bad = flat[(flat < 0) | (flat >= num_slots)]
-            _require(bad.numel() == 0, f"{name} slots outside [0, {num_slots}): {bad[:8].tolist()}")
-            counts[name] = torch.bincount(flat, minlength=num_slots)
-        total = counts["free"] + counts["tree"] + counts["live"]
-        lost = (total == 0).nonzero().flatten()[:8].tolist()
-        _require(not lost, f"slots neither free, in the tree nor live (leaked): {lost}")
-        doubled = (total > 1).nonzero().flatten()[:8].tolist()
-        if doubled:
-            owners = {s: {n: int(c[s]) for n, c in counts.items() if c[s]} for s in doubled}
-            raise AssertionError(f"slots owned more than once: {owners}")
+        check_tree(self, live_slots)
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _walk(
+        self, key: Key, extra_key: str | None, parts: list[torch.Tensor] | None
+    ) -> tuple[TreeNode, int]:
+        """The one walk `match_prefix` and `insert` share: follow `key` down in whole pages.
+
+        Stamps every node on the path with a new access time; splits the edge the
+        match ends inside, so that the node returned ends exactly at `pos`, the
+        matched length. Appends each node's slots to `parts` when given.
+        """
+        end = self.page_aligned(len(key))
+        self._clock += 1
+        now = self._clock
+        node, pos = self.root, 0
+        while pos < end:
+            child = node.children.get(self._child_key(node, key, pos, extra_key))
+            if child is None:
+                break
+            m = self.page_aligned(common_prefix_len(child.key, key, pos, end))
+            partial = m < len(child.key)
+            if partial:  # the match ends (or diverges) inside this edge
+                child = self._split(child, m)
+            child.last_access = now
+            if parts is not None:
+                parts.append(child.slots)
+            node, pos = child, pos + m
+            if partial:
+                break
+        return node, pos
 
     def _child_key(self, parent: TreeNode, key: Key, pos: int, extra_key: str | None) -> Hashable:
         first: Hashable = key[pos] if self.page_size == 1 else key[pos : pos + self.page_size]
@@ -519,30 +352,12 @@ class RadixCache:
             self._push(node)
 
     def _push(self, node: TreeNode) -> None:
-        heapq.heappush(self._heap, (node.last_access, node.id, node))
-        if len(self._heap) > 2 * self._num_nodes + 1024:
-            self._rebuild_heap()
-
-    def _rebuild_heap(self) -> None:
-        """Drop stale entries (amortised: runs only when the heap outgrows the tree)."""
-        heap: list[tuple[int, int, TreeNode]] = []
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            if node.children:
-                stack.extend(node.children.values())
-            elif node.lock_ref == 0:
-                heap.append((node.last_access, node.id, node))
-        heapq.heapify(heap)
-        self._heap = heap
+        self._leaves.push(node)
+        if len(self._leaves) > 2 * self._num_nodes + 1024:  # amortised: only when mostly stale
+            self._leaves.rebuild(self.root)
 
     def __repr__(self) -> str:
         return (
             f"RadixCache(page_size={self.page_size}, nodes={self._num_nodes}, "
             f"evictable={self._evictable}, protected={self._protected})"
         )
-
-
-def _require(cond: bool, message: str) -> None:
-    if not cond:  # not `assert`: must hold under python -O too
-        raise AssertionError(message)

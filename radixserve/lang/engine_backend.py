@@ -29,11 +29,6 @@ from radixserve.sampling_params import SamplingParams
 _STRUCTURED = ("regex", "json_schema", "ebnf")
 
 
-def structured_output_available() -> bool:
-    fields = getattr(SamplingParams, "__dataclass_fields__", {})
-    return all(f in fields for f in _STRUCTURED)
-
-
 class EngineBackend(Backend):
     def __init__(self, engine: AsyncEngine | Engine, owned: bool = False) -> None:
         if isinstance(engine, Engine):
@@ -47,7 +42,6 @@ class EngineBackend(Backend):
             )
         self.owned = owned  # created by the language itself (the default model): closed by close()
         self._template: ChatTemplate | None = None
-        self._digits: dict[str, dict[int, float]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -93,41 +87,10 @@ class EngineBackend(Backend):
             kw.update(prompt_logprobs=True, prompt_logprobs_start=p.logprob_start_len)
         for name in _STRUCTURED:
             if getattr(p, name) is not None:
-                self._need_structured(f"gen({name}=...)")
                 kw[name] = getattr(p, name)
         if p.dtype is not None:
-            if structured_output_available():
-                kw["regex"] = DTYPE_REGEX[p.dtype]
-            elif p.dtype == "int":
-                # Without a grammar engine an integer is still guaranteed: only digit tokens
-                # (and EOS or a newline after the first one) can be sampled.
-                kw["logit_bias"] = self._digit_bias()
-                kw["min_tokens"] = max(1, p.min_tokens)
-                kw["stop_token_ids"] = (*p.stop_token_ids, *self._newline_ids())
-            else:
-                self._need_structured(f"gen(dtype={p.dtype})")
+            kw["regex"] = DTYPE_REGEX[p.dtype]
         return SamplingParams(**kw)
-
-    @staticmethod
-    def _need_structured(what: str) -> None:
-        if not structured_output_available():
-            raise NotImplementedError(
-                f"{what} needs structured output (SamplingParams.regex/json_schema/ebnf), which this "
-                "radixserve build lacks; refusing to generate unconstrained text"
-            )
-
-    def _digit_bias(self) -> dict[int, float]:
-        if "int" not in self._digits:
-            tok = self.engine.tokenizer
-            allowed = {i for t, i in tok.get_vocab().items() if tok.convert_tokens_to_string([t]).isdigit()}
-            allowed |= set(self.engine.loaded.eos_token_ids or ()) if self.engine.loaded else set()
-            allowed |= set(self._newline_ids())
-            self._digits["int"] = {i: 100.0 for i in sorted(allowed)}
-        return self._digits["int"]
-
-    def _newline_ids(self) -> tuple[int, ...]:
-        tok = self.engine.tokenizer
-        return tuple(tok.encode("\n", add_special_tokens=False)[-1:])
 
     async def generate(self, prompt: str, params: GenParams) -> list[GenResult]:
         sp = self.sampling_params(params)

@@ -474,7 +474,7 @@ def test_heap_stays_bounded_under_repeated_matches() -> None:
     put(alloc, cache, [4, 5])
     for _ in range(5000):
         cache.match_prefix([1, 2, 3])
-    assert len(cache._heap) <= 2 * cache.num_nodes + 1025
+    assert len(cache._leaves) <= 2 * cache.num_nodes + 1025
     cache.check_integrity()
     alloc.take_freed()
     assert cache.evict(1) == 2 and alloc.take_freed() == [3, 4]

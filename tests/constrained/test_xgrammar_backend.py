@@ -16,15 +16,6 @@ from radixserve.sampling_params import SamplingParams
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from radixserve.model.embedded import embedded_model_dir
-
-    return AutoTokenizer.from_pretrained(embedded_model_dir())
-
-
-@pytest.fixture(scope="module")
 def backend(tokenizer: Any) -> XGrammarBackend:
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return XGrammarBackend(tokenizer, len(tokenizer.get_vocab()) + 64, [eos])  # 64 padded LM-head rows

@@ -1,4 +1,5 @@
-"""Shared fixtures for engine tests: the embedded model, its transformers twin, and references.
+"""Shared fixtures for engine tests: prompts and transformers' references (the transformers twin
+`hf_model` and `tokenizer` are session fixtures of tests/conftest.py).
 
 Correctness is defined by transformers: references come from `model.generate`
 (greedy, one prompt at a time, no padding) on the same converted weights.
@@ -14,7 +15,6 @@ import pytest
 import torch
 
 from radixserve import AsyncEngine, EngineConfig
-from radixserve.model.embedded import embedded_model_dir
 
 MODEL = "smollm2-135m-instruct"
 
@@ -53,21 +53,6 @@ def make_prompts(tokenizer: Any) -> list[list[int]]:
         )
         prompts.append(tokenizer.encode(text, add_special_tokens=False))
     return prompts
-
-
-@pytest.fixture(scope="session")
-def hf_model() -> Any:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
-    return model.eval()
-
-
-@pytest.fixture(scope="session")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(embedded_model_dir())
 
 
 @pytest.fixture(scope="session")

@@ -94,12 +94,8 @@ def test_select_over_k_choices_costs_one_prefill_of_the_prefix(eng: Engine) -> N
     assert len(usage) == 4 and all(u["cached_tokens"] >= p - 1 for u in usage)
 
 
-def test_select_scores_equal_transformers(eng: Engine) -> None:
-    from transformers import AutoModelForCausalLM
-
-    from radixserve.model.embedded import embedded_model_dir
-
-    hf = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32).eval()
+def test_select_scores_equal_transformers(eng: Engine, hf_model: Any) -> None:
+    hf = hf_model
     tok = eng.tokenizer
     st = pick.run(statement="Fire is hot.")
     prompt = st.text()[: -len(st["answer"])]

@@ -4,13 +4,13 @@ keeps the reason in state.error(), and leaves no request or KV slot behind (the 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
 
 import radixserve.lang as sgl
 from radixserve import Engine
-from radixserve.lang.engine_backend import structured_output_available
 
 
 def test_a_bad_parameter_fails_the_program(eng: Engine) -> None:
@@ -92,14 +92,7 @@ def test_constrained_gen_is_never_unconstrained(eng: Engine) -> None:
             "ip", max_tokens=16, regex=r"((25[0-5]|2[0-4]\d|[01]?\d\d?)\.){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)"
         )
 
-    if structured_output_available():
-        import re
-
-        assert re.fullmatch(r"(\d{1,3}\.){3}\d{1,3}", ip.run(temperature=0)["ip"])
-    else:
-        with pytest.raises(sgl.ProgramError) as info:
-            ip.run(temperature=0)
-        assert isinstance(info.value.__cause__, NotImplementedError)
+    assert re.fullmatch(r"(\d{1,3}\.){3}\d{1,3}", ip.run(temperature=0)["ip"])
 
 
 def test_no_backend_starts_the_embedded_model(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,53 +3,39 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
+from script_loader import load_example
 
 from radixserve import Engine
-
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the body model's annotations through it
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_few_shot_example(eng: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     eng.flush_cache()
-    states = load("lang_few_shot").main(backend=eng, countries=("Spain", "Peru"))
+    states = load_example("lang_few_shot").main(backend=eng, countries=("Spain", "Peru"))
     out = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in out] == ["Spain", "Peru"]
     assert all(st.get_meta_info("answer")["cached_tokens"] > 40 for st in states)
 
 
 def test_agent_example(eng: Engine) -> None:
-    ex = load("lang_agent")
+    ex = load_example("lang_agent")
     assert ex.calculate("17*23") == "391" and ex.calculate("__import__('os')").startswith("error")
     st = ex.main(backend=eng)
     assert st["action_0"] in ("calculate", "finish") and isinstance(st["answer"], str)
 
 
 def test_fork_join_example(eng: Engine) -> None:
-    st = load("lang_fork_join").main(backend=eng)
+    st = load_example("lang_fork_join").main(backend=eng)
     assert len(st["answer"]) == 5
     assert st.text().splitlines()[-1].removeprefix("Final answer: ") in {a.strip() for a in st["answer"]}
 
 
 def test_fastapi_streaming_example(eng: Engine) -> None:
-    app = load("lang_fastapi_stream").create_app(engine=eng)
+    app = load_example("lang_fastapi_stream").create_app(engine=eng)
 
     async def main() -> list[Any]:
         async with app.router.lifespan_context(app):
@@ -62,7 +48,7 @@ def test_fastapi_streaming_example(eng: Engine) -> None:
     events = asyncio.run(main())
     assert events[-1] == {"done": True} and len(events) > 2
     streamed = "".join(e["delta"] for e in events[:-1])
-    ex = load("lang_fastapi_stream")
+    ex = load_example("lang_fastapi_stream")
     assert (
         streamed
         == ex.answer.run(question="Name a color.", max_tokens=8, temperature=0, backend=eng)["answer"]

@@ -213,17 +213,6 @@ def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     return ((ours.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
-@pytest.fixture(scope="package", autouse=True)
-def _one_torch_thread() -> Any:
-    """These tests run many small forwards; with several OpenMP threads on a busy 2-core
-    machine each tiny op waits for a descheduled thread (measured 15x slower per decode
-    step). One thread keeps the run time predictable; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def embedded() -> LoadedModel:
     """The embedded default with real weights, float32 on the CPU (converted once per cache)."""

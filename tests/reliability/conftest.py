@@ -1,15 +1,12 @@
-"""Fixtures of the reliability suite: the embedded model's engine, tokenizer and transformers twin.
-
-The tokenizer and transformers model come from tests/engine/conftest.py (pytest puts tests/
-on sys.path for both packages), so the whole session loads each once.
-"""
+"""Fixtures of the reliability suite: the embedded model's engine (the tokenizer and transformers
+twin are the session's, from tests/conftest.py; the helpers come from tests/engine/conftest.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from engine.conftest import engine_config, hf_greedy, hf_model, tokenizer  # noqa: F401
+from engine.conftest import engine_config, hf_greedy  # noqa: F401
 
 from radixserve import Engine
 

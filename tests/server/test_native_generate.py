@@ -14,7 +14,6 @@ import torch
 from radixserve.server.runner import ServerThread
 
 from .conftest import API_KEY, settled
-from .hf_reference import hf_model_and_tokenizer
 
 PROMPT = "The capital of France is"
 OTHER = "List three colors:"
@@ -28,8 +27,8 @@ def client(live: ServerThread) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def hf() -> Any:
-    return hf_model_and_tokenizer()
+def hf(hf_model: Any, tokenizer: Any) -> Any:
+    return hf_model, tokenizer
 
 
 def hf_greedy(hf: Any, ids: list[int], n: int) -> list[int]:

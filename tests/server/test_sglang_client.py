@@ -16,7 +16,6 @@ import torch
 from radixserve.server.runner import ServerThread
 
 from .conftest import API_KEY, settled
-from .hf_reference import hf_model_and_tokenizer
 
 sgl = pytest.importorskip("sglang", reason="sglang is not installed (pip install --no-deps sglang==0.5.23)")
 
@@ -29,8 +28,8 @@ def server(live: ServerThread) -> Iterator[ServerThread]:
 
 
 @pytest.fixture(scope="module")
-def hf() -> Any:
-    return hf_model_and_tokenizer()
+def hf(hf_model: Any, tokenizer: Any) -> Any:
+    return hf_model, tokenizer
 
 
 def hf_text(hf: Any, prompt: str, n: int, stop: str | None = None) -> str:

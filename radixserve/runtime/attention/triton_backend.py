@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -95,7 +96,7 @@ class TritonAttention(AttentionBackend):
                 block_n=self._decode_block_n,
             )
         else:
-            out = tk.extend_attention(
+            out = te.extend_attention(
                 qc,
                 k_buf,
                 v_buf,

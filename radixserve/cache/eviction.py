@@ -1,0 +1,55 @@
+"""`LeafHeap`: the radix tree's eviction candidates, least recently used first.
+
+Evictable leaves sit in a heap keyed by (last access, node id) with lazy
+invalidation: an entry whose node has since been touched, locked, given a
+child or evicted is dropped when popped, so eviction never rescans the tree.
+The tree rebuilds the heap only when stale entries make it outgrow the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from radixserve.cache.tree_node import TreeNode
+
+
+class LeafHeap:
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, TreeNode]] = []  # (last_access, id, node)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, node: TreeNode) -> None:
+        """File `node` (an unlocked leaf) under its current access time."""
+        heapq.heappush(self._heap, (node.last_access, node.id, node))
+
+    def pop(self) -> TreeNode | None:
+        """The least recently used node that is still an unlocked, untouched leaf; None when none is."""
+        heap = self._heap
+        while heap:
+            stamp, _, node = heapq.heappop(heap)
+            if node.parent is None or node.children or node.lock_ref or node.last_access != stamp:
+                continue  # stale: evicted, grew a child, locked, or touched since pushed
+            return node
+        return None
+
+    def entries(self) -> set[tuple[int, int]]:
+        """(last access, node id) of every entry, stale ones included (for integrity checks)."""
+        return {(stamp, node_id) for stamp, node_id, _ in self._heap}
+
+    def rebuild(self, root: TreeNode) -> None:
+        """Refile exactly the unlocked leaves under `root`, dropping every stale entry."""
+        heap: list[tuple[int, int, TreeNode]] = []
+        stack = list(root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node.lock_ref == 0:
+                heap.append((node.last_access, node.id, node))
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def clear(self) -> None:
+        self._heap = []
