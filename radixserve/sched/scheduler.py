@@ -52,6 +52,7 @@ from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output, stop_rule
 from radixserve.sched.request import Request, Status
 from radixserve.sched.request_kv import RequestKV
+from radixserve.sched.sampling_rows import SamplingRows
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
 
@@ -93,6 +94,7 @@ class Scheduler:
         self.allocator = allocator
         self.cache = cache if config.enable_radix_cache else None
         self.kv = RequestKV(allocator, self.cache, table)
+        self.sampling_rows = SamplingRows(table.max_requests)  # the sampler's per-row flags
         self.tokenizer = tokenizer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -292,7 +294,7 @@ class Scheduler:
         if not self.kv.claim(req, match, n, reserve=reserve):
             return False
         req.status = Status.RUNNING
-        req.penalty_init = req.params.uses_penalties
+        self.sampling_rows.bind(req)
         if not req.admitted:
             req.admitted = True
             req.cached_tokens = min(req.kv_len, len(req.prompt_ids))
@@ -354,13 +356,13 @@ class Scheduler:
         if not forced and not picked:
             if slots is None:
                 return None
-            batch = batch_build.decode(self.kv, reqs, slots)
+            batch = batch_build.decode(self.kv, self.sampling_rows, reqs, slots)
             if self.grouper is not None:  # shared-prefix groups for cascade attention
                 batch.cascade = self.grouper.group([r.lock_node for r in reqs])
             return batch
         if slots is not None:
             self.kv.put_decode_slots(reqs, slots)
-        batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)
+        batch = batch_build.extend(self.kv, self.sampling_rows, [(r, 1) for r in reqs] + forced + picked)
         for r, _ in forced:  # only now: until built, a jumped request is no chunked prefill to pick
             r.jumped = False
         if self.cache is not None:
