@@ -49,6 +49,8 @@ def decode(kv: RequestKV, srows: SamplingRows, reqs: list[Request], slots: np.nd
         sampling=srows.inputs(reqs, rows),
         is_prefill=False,
         rows=rows,
+        quiet=srows.quiet[rows],  # copies: the rows may change hands before process()
+        stop_ids=srows.stop_ids[rows],
     )
     for r in reqs:  # advance() for one sampled token each
         r.kv_len += 1

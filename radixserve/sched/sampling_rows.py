@@ -1,4 +1,4 @@
-"""The host side of the sampler's per-row state: flags per row, and who is new to a row.
+"""Host state per table row: the sampler's flags, who is new to a row, and stop ids.
 
 When a request takes a row (`bind`, at admission) its `param_flags` go into
 `flags[row]` and the row is marked fresh; the first step that samples for it
@@ -8,6 +8,11 @@ step's inputs are then a few numpy gathers over its rows: the OR of their
 flags picks the sampler's paths, and only the requests whose flags are rare
 (logit bias, min_tokens, seed) are looked at one by one. A row reused by
 another request is fresh again, so it never inherits the previous owner's state.
+
+For output processing (sched/process.py) a row also records whether its
+request is quiet (nobody streams it; no stop strings, grammar or logprobs)
+and its stop ids (EOS unless ignored, and `stop_token_ids`), so a decode
+step checks every row's token against them in one array comparison.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ import numpy as np
 from radixserve.runtime.sampler import LOGPROBS, PENALTIES, RARE, SamplingInputs, param_flags
 from radixserve.sched.request import Request
 
+MAX_STOP_IDS = 4  # stop ids a quiet row can have (more: the request takes the full path)
+NO_ID = -2  # padding of `stop_ids` (no token, and not INVALID_TOKEN either)
+
 
 class SamplingRows:
     def __init__(self, max_rows: int) -> None:
         self.flags = np.zeros(max_rows, dtype=np.int32)
+        self.quiet = np.zeros(max_rows, dtype=bool)
+        self.stop_ids = np.full((max_rows, MAX_STOP_IDS), NO_ID, dtype=np.int64)
         self.top_logprobs = np.zeros(max_rows, dtype=np.int32)
         self.fresh = np.zeros(max_rows, dtype=bool)  # bound, parameters not yet on the device
 
@@ -30,6 +40,11 @@ class SamplingRows:
         self.flags[req.row] = param_flags(p)
         self.top_logprobs[req.row] = p.top_logprobs if p.logprobs else 0
         self.fresh[req.row] = True
+        stop = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
+        quiet = not (req.stream or p.stop or p.logprobs or req.grammar is not None or req.unsent)
+        self.quiet[req.row] = quiet and len(stop) <= MAX_STOP_IDS
+        self.stop_ids[req.row] = NO_ID
+        self.stop_ids[req.row, : min(len(stop), MAX_STOP_IDS)] = stop[:MAX_STOP_IDS]
 
     def inputs(self, reqs: list[Request], rows: np.ndarray | None = None) -> SamplingInputs:
         """The sampling inputs of `reqs`, which sample this step (`rows`: their rows, if known)."""

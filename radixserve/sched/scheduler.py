@@ -43,13 +43,13 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.outputs import RequestOutput, TokenLogprob
+from radixserve.outputs import RequestOutput
 from radixserve.runtime.runner import StepResult
-from radixserve.sched import batch_build, grammar
+from radixserve.sched import batch_build, grammar, process
 from radixserve.sched.batch import Batch
 from radixserve.sched.cascade import PrefixGrouper
 from radixserve.sched.detokenizer import Detokenizer
-from radixserve.sched.output import make_output, stop_rule
+from radixserve.sched.output import make_output
 from radixserve.sched.request import Request, Status
 from radixserve.sched.request_kv import RequestKV
 from radixserve.sched.sampling_rows import SamplingRows
@@ -116,7 +116,12 @@ class Scheduler:
     def add(self, req: Request) -> None:
         p = req.params
         req.detok = Detokenizer(
-            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens, lazy=not req.stream
+            self.tokenizer,
+            p.stop,
+            p.include_stop_str_in_output,
+            p.skip_special_tokens,
+            lazy=not req.stream,
+            ids=req.output_ids,  # lazy: reads the outputs as they are appended
         )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
             self._jump_at_start(req)
@@ -143,9 +148,9 @@ class Scheduler:
         """End every completion of request `rid`; their outputs come with the next `process`."""
         for req in [r for r in self.waiting if r.rid == rid]:
             self.waiting.remove(req)
-            self._finish(req, "abort", error=why)
+            self.finish(req, "abort", error=why)
         for req in [r for r in self.running if r.rid == rid]:
-            self._finish(req, "abort", error=why)
+            self.finish(req, "abort", error=why)
 
     def take_aborted(self) -> list[RequestOutput]:
         out, self._aborted = self._aborted, []
@@ -174,7 +179,7 @@ class Scheduler:
             # request would wait forever. Fail the oldest one with the reason.
             req = self.running[0] if self.running else self.waiting.popleft()
             pool = self.allocator.num_slots
-            self._finish(
+            self.finish(
                 req, "abort", error=f"the request needs more KV cache than the pool holds ({pool} slots)"
             )
         return batch
@@ -316,7 +321,7 @@ class Scheduler:
             retracted = True
             if len(reqs) + len(jumps) == 1:
                 req = (reqs or jumps)[0]
-                self._finish(req, "abort", error="the KV cache is too small for this request's context")
+                self.finish(req, "abort", error="the KV cache is too small for this request's context")
                 return [], [], True
             victim = min(reqs + jumps, key=lambda r: (r.num_tokens, -r.arrival))
             (reqs if victim in reqs else jumps).remove(victim)
@@ -381,7 +386,7 @@ class Scheduler:
         self.retractions += 1
         self.waiting.appendleft(req)
 
-    def _finish(
+    def finish(
         self, req: Request, reason: str, stop_reason: str | int | None = None, error: str | None = None
     ) -> None:
         req.status = Status.FINISHED
@@ -400,96 +405,13 @@ class Scheduler:
     # ---- after a step --------------------------------------------------------------------
 
     def process(self, batch: Batch, result: StepResult) -> list[RequestOutput]:
-        outputs = self.take_aborted()
-        j = 0
-        lp_j = 0
-        for i, req in enumerate(batch.reqs):
-            n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
-            if n_lp and result.prompt_lps is not None:
-                for k in range(lp_j, lp_j + n_lp):
-                    lp_val, top = result.prompt_lps[k]
-                    top_n = tuple(top[: req.params.top_logprobs])
-                    req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
-            lp_j += n_lp
-            if not batch.sample[i]:
-                if not req.finished and req.prefill_done and req.params.max_tokens == 0:
-                    self._finish(req, "length")
-                    outputs.append(make_output(req, [], None, final=True))
-                continue
-            tok = result.next_ids[j]
-            lp = None
-            if result.logprobs is not None and req.params.logprobs:
-                top_j = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
-                lp = TokenLogprob(tok, result.logprobs[j], top_j)
-            j += 1
-            if req.finished:
-                continue  # aborted or stopped while this step was in flight
-            if req.discard:  # sampled before a jump-forward replaced it (sched/grammar.py)
-                req.discard -= 1
-                continue
-            req.pending -= 1
-            if tok < 0:  # INVALID_TOKEN: this row's logits were NaN/inf
-                self._finish(req, "abort", error="the model produced non-finite logits (NaN/inf)")
-                continue
-            req.output_ids.append(tok)
-            try:
-                out = self._on_token(req, tok, lp)
-            except Exception as e:  # noqa: BLE001 - one request's data (its detokenization) fails it alone
-                self.fail_request(req, e)
-                continue
-            if out is not None:
-                outputs.append(out)
-        outputs.extend(self.take_aborted())
-        return outputs
+        """The step's sampled tokens: stop rules, outputs, finished requests released (sched/process.py)."""
+        return process.process(self, batch, result)
 
     def fail_request(self, req: Request, err: BaseException) -> None:
         """End one request with finish_reason "abort" because handling its data raised `err`."""
         req.detok = None  # it may be what failed: the abort output carries no text
-        self._finish(req, "abort", error=f"this request failed: {type(err).__name__}: {err}")
-
-    def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
-        if req.detok is not None:
-            req.detok.add([tok])
-        reason, stop_reason = stop_rule(req, tok)
-        new = [tok]
-        if reason is None and req.grammar is not None:
-            reason, stop_reason, new = self._grammar_step(req, tok)
-        if req.unsent:  # forced before the first token (_jump_at_start)
-            new, req.unsent = req.unsent + new, []
-        if reason == "abort":
-            return None  # its output is in self._aborted
-        if reason is not None:
-            self._finish(req, reason, stop_reason)
-            return make_output(req, new, lp, final=True)
-        if not req.stream:  # complete(): nobody reads the steps in between
-            if lp is not None:
-                req.logprobs.append(lp)
-            return None
-        return make_output(req, new, lp, final=False)
-
-    def _grammar_step(self, req: Request, tok: int) -> tuple[str | None, str | int | None, list[int]]:
-        """Accept `tok`, then append what the grammar forces (jump-forward), with stop rules."""
-        reason, stop_reason, error = grammar.accept(req, tok)
-        if reason == "abort":
-            self._finish(req, "abort", error=error)
-        if reason is not None:
-            return reason, stop_reason, [tok]
-        discarded = req.jump_discarded
-        forced = grammar.jump_forward(req, self.tokenizer, self.cfg.jump_forward_default)
-        self.jump_discarded += req.jump_discarded - discarded
-        new = [tok]
-        if forced:
-            req.jumped = True
-        for f in forced:
-            req.output_ids.append(f)
-            new.append(f)
-            self.jump_forward_tokens += 1
-            if req.detok is not None:
-                req.detok.add([f])
-            reason, stop_reason = stop_rule(req, f)
-            if reason is not None:
-                return reason, stop_reason, new
-        return None, None, new
+        self.finish(req, "abort", error=f"this request failed: {type(err).__name__}: {err}")
 
     def check_integrity(self) -> None:
         self.kv.check_integrity(self.running)
