@@ -113,7 +113,7 @@ def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
     new = [tok]
     if reason is None and req.grammar is not None:
         reason, stop_reason, new = grammar_step(sched, req, tok)
-    if req.unsent:  # forced before the first token (Scheduler._jump_at_start)
+    if req.unsent:  # forced before the first token (grammar.jump_at_start)
         new, req.unsent = req.unsent + new, []
     if reason == "abort":
         return None  # its output is in the scheduler's aborted list

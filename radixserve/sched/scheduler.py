@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,9 +44,10 @@ from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.outputs import RequestOutput
 from radixserve.runtime.runner import StepResult
-from radixserve.sched import batch_build, grammar, process
+from radixserve.sched import batch_build, grammar, prefix_match, process
 from radixserve.sched.batch import Batch
 from radixserve.sched.cascade import PrefixGrouper
+from radixserve.sched.config import SchedulerConfig
 from radixserve.sched.detokenizer import Detokenizer
 from radixserve.sched.output import make_output
 from radixserve.sched.request import Request, Status
@@ -55,30 +55,6 @@ from radixserve.sched.request_kv import RequestKV
 from radixserve.sched.sampling_rows import SamplingRows
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_running_requests: int = 256
-    chunked_prefill_size: int = 8192  # prefill tokens per step
-    enable_radix_cache: bool = True
-    decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
-    lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
-    defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
-    # Structured output's jump-forward of forced text after a sampled token (sched/grammar.py)
-    # where a request leaves it at None: on where a forward pass costs more than a mixed
-    # step's loss of the CUDA-graph path. The forced text before the first token and a
-    # forced stop token need no step of their own and are on regardless.
-    jump_forward_default: bool = True
-    # Overlap mode on a device whose launch() runs the step before returning (the CPU):
-    # process the step in flight before building one with a jump-forward request in it.
-    # Overlap hides nothing there, and a jump then discards no in-flight token.
-    hold_for_jumps: bool = False
-    mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
-    # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
-    # requests must share to read it once (sched/cascade.py); 0 turns grouping off.
-    cascade_min_shared: int = 0
-    cascade_min_saved: int = 0  # ...and the least slot reads a step's groups must save to be used
 
 
 class Scheduler:
@@ -124,25 +100,8 @@ class Scheduler:
             ids=req.output_ids,  # lazy: reads the outputs as they are appended
         )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
-            self._jump_at_start(req)
+            self.jump_forward_tokens += grammar.jump_at_start(req, self.tokenizer)
         self.waiting.append(req)
-
-    def _jump_at_start(self, req: Request) -> None:
-        """What the grammar forces before the first token (`{"name": "`) goes in with the prompt."""
-        room = req.remaining_tokens - 1  # the prefill samples at least one token
-        # Prefilled with the prompt, it needs no step of its own: on whatever the device.
-        forced = grammar.jump_forward(req, self.tokenizer, True, room)
-        if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
-            req.grammar.rollback(1)
-            req.jump_tokens -= 1
-            forced.pop()
-        if not forced:
-            return
-        req.output_ids.extend(forced)
-        req.unsent = forced  # the first output's delta_token_ids carry them
-        self.jump_forward_tokens += len(forced)
-        if req.detok is not None:
-            req.detok.add(forced)
 
     def abort(self, rid: str, why: str) -> None:
         """End every completion of request `rid`; their outputs come with the next `process`."""
@@ -232,15 +191,17 @@ class Scheduler:
             picked.append((req, n))
             budget -= n
         new_reqs: list[Request] = []
-        for req, match in self._ordered_waiting():
+        for req, match in prefix_match.ordered_waiting(self.cache, self.waiting, self.cfg.lpm_max_queue):
             if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
                 break
             if self.cache is not None and (match is None or picked):
                 # Match (again) right before admitting: an earlier admission in this
                 # step may have evicted the node an ordering-time match points to.
-                match = self._match(req)
+                match = prefix_match.match(self.cache, req)
             matched = match.length if match else 0
-            if self._shares_with_picked(req, matched, picked):
+            if self.cache is not None and prefix_match.shares_with_picked(
+                req, matched, picked, self.cfg.defer_shared_min
+            ):
                 continue
             n = min(req.num_known - matched, budget)
             if not self._admit(req, match, n, alone=not (self.running or new_reqs)):
@@ -252,40 +213,6 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
         return picked
-
-    def _ordered_waiting(self) -> list[tuple[Request, Any]]:
-        if self.cache is None:
-            return [(r, None) for r in self.waiting]
-        if len(self.waiting) > self.cfg.lpm_max_queue:
-            return [(r, None) for r in self.waiting]  # matched at admission instead
-        matched = [(r, self._match(r)) for r in self.waiting]
-        matched.sort(key=lambda rm: (-rm[1].length, rm[0].arrival))
-        return matched
-
-    def _match_limit(self, req: Request) -> int:
-        # At least one token must be computed to get logits; prompt logprobs
-        # from position s need the logits of position s-1.
-        limit = req.num_known - 1
-        if req.params.prompt_logprobs:
-            limit = min(limit, max(req.params.prompt_logprobs_start - 1, 0))
-        return max(limit, 0)
-
-    def _match(self, req: Request) -> Any:
-        assert self.cache is not None
-        return self.cache.match_prefix(req.all_ids[: self._match_limit(req)], req.extra_key)
-
-    def _shares_with_picked(self, req: Request, matched: int, picked: list[tuple[Request, int]]) -> bool:
-        need = self.cfg.defer_shared_min
-        if self.cache is None or req.num_known - matched < need:
-            return False
-        mine = np.asarray(req.known_ids(matched, matched + need))
-        for other, _n in picked:
-            if other.extra_key != req.extra_key or other.num_known < matched + need:
-                continue
-            theirs = np.asarray(other.known_ids(matched, matched + need))
-            if np.array_equal(mine, theirs):
-                return True
-        return False
 
     def _decode_reserve(self, extra: tuple[Request, ...] = ()) -> int:
         ratio = self.cfg.decode_reserve_ratio
