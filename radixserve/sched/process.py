@@ -57,7 +57,10 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
         n = len(ids)
         if n >= req.params.max_tokens or len(req.prompt_ids) + n + req.pending >= req.max_context:
             sched.finish(req, "length")
-            outputs.append(make_output(req, [tok], None, final=True))
+            try:  # its lazy detokenization runs now
+                outputs.append(make_output(req, [tok], None, final=True))
+            except Exception as e:  # noqa: BLE001 - one request's data fails it alone
+                sched.fail_request(req, e)
 
 
 def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
