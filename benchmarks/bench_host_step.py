@@ -19,7 +19,7 @@ output processing of the run, the finishing steps included, per token. Each sour
 tree runs in its own process (PYTHONPATH), so `--base /path/to/other/checkout`
 compares a branch against it.
 
-    python benchmarks/bench_host_step.py --base /work/main    # writes benchmarks/results/host_step_cpu.json (--out to change)
+    python benchmarks/bench_host_step.py --base /work/main    # writes benchmarks/results/host_step_cpu.json
     python benchmarks/bench_host_step.py --quick --base DIR   # smaller, for a smoke run
 """
 
