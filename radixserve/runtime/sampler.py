@@ -148,6 +148,7 @@ class Sampler:
         self._seen: torch.Tensor | None = None  # [max_rows, vocab] prompt or output token seen
         self._gen = torch.Generator(device=device)
         self._gen.manual_seed(0)
+        self._seeded = torch.Generator(device=device)
 
     def _row_values(self, p: SamplingParams) -> list[float]:
         k = p.top_k if 0 < p.top_k < self.vocab_size else self.vocab_size
@@ -235,9 +236,9 @@ class Sampler:
             probs = probs.masked_fill(probs < mp * probs.max(dim=-1, keepdim=True).values, 0.0)
         noise = torch.empty_like(probs).exponential_(generator=self._gen)
         for i, key in inp.seeds:  # a seeded row's noise depends on its seed and position alone
-            g = torch.Generator(device=self.device)
-            g.manual_seed(key)
-            noise[i].exponential_(generator=g)
+            # One generator, reseeded per row: a launched kernel has already taken its seed.
+            self._seeded.manual_seed(key)
+            noise[i].exponential_(generator=self._seeded)
         sampled = (probs / noise).argmax(dim=-1)
         return torch.where(par[:, _GREEDY] > 0, logits.argmax(dim=-1), sampled)
 
