@@ -5,7 +5,14 @@ turning the batch into the runner's input, and `process()` of a fake result
 (random tokens), for B requests of `--ctx` prompt tokens each. What the
 runner then enqueues on the device is not host work on a GPU and is left out
 of "host"; the column "dev_ops" is the time those ops (the decode batch built
-from the slot table) take when run on the CPU, for reference. Requests that
+from the slot table) take when run on the CPU, for reference. The sampler is
+launch-side host work on a GPU (its Python and op launches), so "sample" runs
+it for real on fake logits over a small vocabulary (`--vocab`, so that the
+ops themselves cost little) and counts it in "host"; a quarter of the requests
+are greedy, the rest sample with temperature and top-p, one in 16 with a seed.
+Times are the thread's CPU time (`time.thread_time`, torch on one thread), not
+wall time: on a machine shared with other jobs, time spent preempted is not
+host work, and would swamp the comparison. Requests that
 nobody streams are detokenized at their end, so the per-step "process" of
 `complete` mode leaves that out; "process µs/token (whole run)" is all
 output processing of the run, the finishing steps included, per token. Each source
@@ -33,8 +40,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, environment, print_table, record, write_results  # noqa: E402
 
+clock = time.thread_time  # CPU time of this thread: host work, whatever else the machine runs
 
-def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[str, Any]]:
+
+def params_of(i: int, max_tokens: int) -> Any:
+    from radixserve.sampling_params import SamplingParams
+
+    if i % 4 == 0:
+        return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    seed = i if i % 16 == 1 else None
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.8, top_p=0.95, seed=seed)
+
+
+def child(bs_list: list[int], ctx: int, steps: int, stream: bool, vocab: int) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoTokenizer
 
@@ -43,7 +61,7 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
     from radixserve.cache.req_table import ReqToSlotTable
     from radixserve.model.embedded import embedded_model_dir
     from radixserve.runtime.runner import StepResult
-    from radixserve.sampling_params import SamplingParams
+    from radixserve.runtime.sampler import Sampler
     from radixserve.sched.request import Request
     from radixserve.sched.scheduler import Scheduler, SchedulerConfig
 
@@ -53,6 +71,7 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
         " ".join(f"Step {i}: the radix tree shares every prefix it has seen." for i in range(64))
     )
     cpu = torch.device("cpu")
+    torch.set_num_threads(1)  # host work is one thread; the sampler's small ops gain nothing from more
     chunk = SchedulerConfig().chunked_prefill_size
     rows = []
     for bs in bs_list:
@@ -64,48 +83,57 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
         alloc = SlotAllocator(bs * ctx_len)
         table = ReqToSlotTable(bs, ctx_len)
         sched = Scheduler(SchedulerConfig(max_running_requests=bs), alloc, RadixCache(alloc), table, tok)
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
         for i in range(bs):
             ids = [rng.randrange(1000, 40000) for _ in range(ctx)]
-            sched.add(Request(f"r{i}", 0, ids, params, frozenset({2}), ctx_len, arrival=i, stream=stream))
-        timings: dict[str, list[float]] = {k: [] for k in ("schedule", "build", "process", "dev_ops")}
+            p = params_of(i, max_tokens)
+            sched.add(Request(f"r{i}", 0, ids, p, frozenset({2}), ctx_len, arrival=i, stream=stream))
+        sampler = Sampler(vocab, bs, cpu)
+        logits = torch.randn(bs, vocab, generator=torch.Generator().manual_seed(bs))
+        keys = ("schedule", "build", "sample", "process", "dev_ops")
+        timings: dict[str, list[float]] = {k: [] for k in keys}
         n_decode = 0
         process_total = 0.0  # every step's output processing, the finishing ones included
         k = 0
         while sched.has_work:
-            t0 = time.perf_counter()
+            t0 = clock()
             batch: Any = sched.schedule()
-            t1 = time.perf_counter()
+            t1 = clock()
             if hasattr(batch, "to_step"):
                 step = batch.to_step(cpu)
             else:  # the tree before StepInput: host-built forward batch
                 batch.pending()
                 step = batch.to_forward(cpu)
-            t2 = time.perf_counter()
+            t2 = clock()
             dev = 0.0
             if getattr(step, "decode", None) is not None:
                 from radixserve.runtime.decode_inputs import build_decode_batch
 
                 last = torch.zeros(bs, dtype=torch.int64)
-                d0 = time.perf_counter()
+                d0 = clock()
                 build_decode_batch(step.decode, table.device_table, last, cpu)
-                dev = time.perf_counter() - d0
+                dev = clock() - d0
+            n = len(batch.sampling)
+            s0 = clock()
+            if n:
+                sampler(logits[:n], step.sampling)
+            t_sample = clock() - s0
             k += 1
             fake = [text_ids[(k + j) % len(text_ids)] for j in range(len(batch.sampling))]
             res = StepResult(next_ids=fake)
-            t3 = time.perf_counter()
+            t3 = clock()
             sched.process(batch, res)
-            t4 = time.perf_counter()
+            t4 = clock()
             process_total += t4 - t3
             decode = all(e == 1 for e in batch.extend_lens) and len(batch.reqs) == bs
             if decode:
                 n_decode += 1
                 if warm < n_decode <= warm + steps:
-                    for key, v in (("schedule", t1 - t0), ("build", t2 - t1), ("process", t4 - t3)):
+                    got = {"schedule": t1 - t0, "build": t2 - t1, "sample": t_sample, "process": t4 - t3}
+                    for key, v in got.items():
                         timings[key].append(v)
                     timings["dev_ops"].append(dev)
         med = {key: 1e3 * statistics.median(v) for key, v in timings.items()}
-        med["host"] = med["schedule"] + med["build"] + med["process"]
+        med["host"] = med["schedule"] + med["build"] + med["sample"] + med["process"]
         per_token = 1e6 * process_total / (bs * max_tokens)
         row = {"batch": bs, "ctx": ctx, "stream": stream, **{f"{key}_ms": v for key, v in med.items()}}
         rows.append({**row, "process_us_per_token_whole_run": per_token})
@@ -114,6 +142,7 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool) -> list[dict[s
 
 def run_tree(tree: Path, args: argparse.Namespace, stream: bool) -> list[dict[str, Any]]:
     cmd = [sys.executable, __file__, "--child", "--ctx", str(args.ctx), "--steps", str(args.steps)]
+    cmd += ["--vocab", str(args.vocab)]
     cmd += ["--bs", *map(str, args.bs)] + (["--stream"] if stream else [])
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -126,13 +155,14 @@ def main() -> None:
     ap.add_argument("--bs", type=int, nargs="+", default=[32, 128, 256])
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--vocab", type=int, default=64, help="the sampler's vocabulary (fake logits)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/host_step_cpu.json")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.bs, args.ctx, args.steps, args.stream)))
+        print(json.dumps(child(args.bs, args.ctx, args.steps, args.stream, args.vocab)))
         return
     if args.quick:
         args.bs, args.ctx, args.steps = [4, 16], 128, 6
@@ -147,12 +177,12 @@ def main() -> None:
                 if r is None:
                     continue
                 mode = "stream" if stream else "complete"
-                keys = ("schedule_ms", "build_ms", "process_ms", "host_ms", "dev_ops_ms")
+                keys = ("schedule_ms", "build_ms", "sample_ms", "process_ms", "host_ms", "dev_ops_ms")
                 cells = [r[k] for k in (*keys, "process_us_per_token_whole_run")]
                 ratio = base["host_ms"] / r["host_ms"] if base is not None and name == "this" else None
                 table.append([r["batch"], r["ctx"], mode, name, *cells, ratio])
                 results.append(record("host_step", "none (fake result)", "-", "cpu", r, tree=name))
-    heads = ["batch", "ctx", "mode", "tree", "schedule", "build", "process", "host", "dev_ops"]
+    heads = ["batch", "ctx", "mode", "tree", "schedule", "build", "sample", "process", "host", "dev_ops"]
     heads += ["process µs/token (whole run)", "host speedup"]
     print("host ms per decode step at full batch (median); output processing per token over the whole run")
     print_table(heads, table)

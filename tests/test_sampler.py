@@ -71,3 +71,56 @@ def test_frequency_penalty_pushes_a_repeated_token_down() -> None:
     first = sampler(logits, inputs([p], penalty_init=[(0, [])])).next_ids[0]
     second = sampler(logits, inputs([p])).next_ids[0]
     assert first == 9 and second == 8
+
+
+def _context_logits(seq: list[int]) -> torch.Tensor:
+    """A fake model: logits that are a pure function of the whole sequence."""
+    g = torch.Generator().manual_seed(hash(tuple(seq)) & 0xFFFFFFFF)
+    return 3 * torch.randn(V, generator=g)
+
+
+def _serve_one_at_a_time(params: list[SamplingParams]) -> list[list[int]]:
+    """Run requests through a scheduler with ONE row, one after the other: each takes the
+    row the previous one left, with the sampler's per-row state on it."""
+    from radixserve.cache.allocator import SlotAllocator
+    from radixserve.cache.radix_tree import RadixCache
+    from radixserve.cache.req_table import ReqToSlotTable
+    from radixserve.runtime.runner import StepResult
+    from radixserve.sched.batch import Batch
+    from radixserve.sched.request import Request
+    from radixserve.sched.scheduler import Scheduler, SchedulerConfig
+
+    alloc = SlotAllocator(256)
+    cfg = SchedulerConfig(max_running_requests=1)
+    sched = Scheduler(cfg, alloc, RadixCache(alloc), ReqToSlotTable(1, 64))
+    sampler = Sampler(V, 1, torch.device("cpu"))
+    reqs = [Request(f"r{i}", 0, [5, 6, 7], p, frozenset({0}), 64, arrival=i) for i, p in enumerate(params)]
+    for r in reqs:
+        sched.add(r)
+    while sched.has_work:
+        batch = sched.schedule()
+        assert isinstance(batch, Batch)
+        sampling_reqs = [r for r, s in zip(batch.reqs, batch.sample) if s]
+        logits = torch.stack([_context_logits(r.all_ids) for r in sampling_reqs]) if sampling_reqs else None
+        ids = sampler(logits, batch.sampling).next_ids.tolist() if logits is not None else []
+        sched.process(batch, StepResult(next_ids=ids))
+    sched.check_integrity()
+    return [r.output_ids for r in reqs]
+
+
+def test_a_reused_row_does_not_inherit_the_previous_requests_state() -> None:
+    first = SamplingParams(
+        temperature=0.9,
+        top_k=5,
+        seed=7,
+        repetition_penalty=1.3,
+        frequency_penalty=0.5,
+        logit_bias={3: 2.0},
+        min_tokens=3,
+        max_tokens=6,
+    )
+    penalized = SamplingParams(temperature=0, presence_penalty=0.8, max_tokens=6)
+    sampled = SamplingParams(temperature=0.5, top_p=0.9, seed=11, max_tokens=6)
+    together = _serve_one_at_a_time([first, penalized, sampled])
+    alone = [_serve_one_at_a_time([p])[0] for p in (first, penalized, sampled)]
+    assert together == alone

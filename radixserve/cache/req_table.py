@@ -44,6 +44,10 @@ class ReqToSlotTable:
             if self.device.type == "cpu"
             else torch.zeros((max_requests, max_context), dtype=torch.int32, device=self.device)
         )
+        # `scatter`'s staging: two pinned [3 * max_requests] buffers used in turn, each with the
+        # event of its last copy (a buffer is rewritten only once its copy has run).
+        self._staging: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._turn = 0
         self._free_rows: deque[int] = deque(range(max_requests))
         self._in_use = [False] * max_requests
 
@@ -83,11 +87,26 @@ class ReqToSlotTable:
         """`table[rows[i], cols[i]] = slots[i]` in both copies (one scatter each)."""
         self.table.numpy()[rows, cols] = slots
         if self.device_table is not self.table and len(rows):
-            idx = torch.from_numpy(np.stack([rows, cols]).astype(np.int64)).pin_memory()
-            val = torch.from_numpy(np.asarray(slots, dtype=np.int32)).pin_memory()
-            dev = self.device_table.device
-            idx_d, val_d = idx.to(dev, non_blocking=True), val.to(dev, non_blocking=True)
-            self.device_table[idx_d[0], idx_d[1]] = val_d
+            n = len(rows)
+            buf = self._stage()
+            host = buf.numpy()
+            host[:n], host[n : 2 * n], host[2 * n : 3 * n] = rows, cols, slots
+            # One copy of a contiguous pinned slice, queued like a kernel.
+            d = buf[: 3 * n].to(self.device_table.device, non_blocking=True)
+            self.device_table[d[:n], d[n : 2 * n]] = d[2 * n :].to(torch.int32)
+            self._staging[self._turn][1].record()
+
+    def _stage(self) -> torch.Tensor:
+        """The next pinned staging buffer, once the copy that last read it has run."""
+        if not self._staging:
+            size = 3 * self.max_requests
+            self._staging = [
+                (torch.zeros(size, dtype=torch.int64).pin_memory(), torch.cuda.Event()) for _ in range(2)
+            ]
+        self._turn ^= 1
+        buf, event = self._staging[self._turn]
+        event.synchronize()  # two steps old: done already, unless the device is far behind
+        return buf
 
     def read(self, row: int, end: int) -> torch.Tensor:
         """The slots of positions `0 : end` of `row`, as a new int64 tensor."""

@@ -80,4 +80,5 @@ def build_decode_batch(
         extend_lens=[1] * b,
         prefix_lens=prefix_lens,
         cascade=inp.cascade,
+        rows=rows,
     )

@@ -45,6 +45,8 @@ class ForwardBatch:
     logit_rows: torch.Tensor | None = None
     # Shared-prefix groups of a decode step (runtime/cascade.py); None: plain attention.
     cascade: CascadeGroups | None = None
+    # Decode steps built on the device: each request's row (int64), which the sampler reuses.
+    rows: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:

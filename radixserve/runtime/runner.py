@@ -75,6 +75,7 @@ class Forwarded:
     sampling: SamplingInputs
     prompt_lp_targets: list[int] | None
     prompt_top_k: int
+    rows: torch.Tensor | None = None  # the sampling rows on the device, when the forward had them
 
 
 @dataclass
@@ -126,11 +127,11 @@ class ModelRunner:
         """Enqueue the forward pass only; `sample()` finishes the step (structured output
         fills its bitmask in between, once the previous step's tokens are known)."""
         with self._on_stream():
-            logits = self._forward(step)
+            logits, rows = self._forward(step)
             self.launches += 1
             if self.fault_hook is not None:  # tests: radixserve.testing.inject_faults
                 logits = self.fault_hook(self.launches, logits, step.sampling)
-        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k)
+        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k, rows)
 
     def sample(
         self, fwd: Forwarded, bitmask: torch.Tensor | None = None, bitmask_rows: list[int] | None = None
@@ -139,13 +140,13 @@ class ModelRunner:
         if bitmask is not None:
             fwd.sampling.bitmask, fwd.sampling.bitmask_rows = bitmask, bitmask_rows
         with self._on_stream():
-            return self._sample(fwd.logits, fwd.sampling, fwd.prompt_lp_targets, fwd.prompt_top_k)
+            return self._sample(fwd.logits, fwd.sampling, fwd.prompt_lp_targets, fwd.prompt_top_k, fwd.rows)
 
     def _on_stream(self) -> Any:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def _forward(self, step: StepInput) -> torch.Tensor:
+    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None]:
         if step.decode is not None:
             if self.slot_table is None:
                 raise RuntimeError("a decode step needs the slot_table (ReqToSlotTable.device_table)")
@@ -157,9 +158,9 @@ class ModelRunner:
                 pos = to_device(step.pending_pos, torch.int64, self.device)
                 fb.input_ids[pos] = self.last_tokens[to_device(step.pending_rows, torch.int64, self.device)]
         if self.graphs is not None and self.graphs.can_run(fb):
-            return self.graphs.run(fb)
+            return self.graphs.run(fb), fb.rows
         self.attn.plan(fb)
-        return self.model(fb, self.attn)
+        return self.model(fb, self.attn), fb.rows
 
     @torch.inference_mode()
     def _sample(
@@ -168,12 +169,14 @@ class ModelRunner:
         sampling: SamplingInputs,
         prompt_lp_targets: list[int] | None,
         prompt_top_k: int,
+        rows: torch.Tensor | None = None,
     ) -> StepHandle:
         n = len(sampling)
-        out = self.sampler(logits[:n], sampling) if n else SampleOutput(torch.empty(0, dtype=torch.int64))
+        empty = SampleOutput(torch.empty(0, dtype=torch.int64))
+        out = self.sampler(logits[:n], sampling, rows) if n else empty
         if n:
             # An invalid id (-1, NaN logits) must not index the embedding of the next step.
-            self.last_tokens[to_device(sampling.rows, torch.int64, self.device)] = out.next_ids.clamp(min=0)
+            self.last_tokens[out.rows] = out.next_ids.clamp(min=0)
         handle = StepHandle(next_ids=_to_host(out.next_ids), event=None)
         if out.logprobs is not None:
             handle.logprobs = _to_host(out.logprobs)

@@ -43,6 +43,10 @@ class Batch:
     prompt_lp_targets: list[int] = field(default_factory=list)
     is_prefill: bool = False
     rows: np.ndarray | None = None  # decode steps: [B] int64 table row of each request
+    # Decode steps, for process(): whether each request is quiet, and its stop ids
+    # ([B, k], padded with -2), as sched/sampling_rows.py had them when the step was built.
+    quiet: np.ndarray | None = None
+    stop_ids: np.ndarray | None = None
 
     @property
     def is_decode(self) -> bool:

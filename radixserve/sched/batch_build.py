@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from radixserve.runtime.sampler import SamplingInputs
 from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request
 from radixserve.sched.request_kv import RequestKV
+from radixserve.sched.sampling_rows import SamplingRows
 
 
-def decode(kv: RequestKV, reqs: list[Request], slots: np.ndarray) -> Batch:
+def decode(kv: RequestKV, srows: SamplingRows, reqs: list[Request], slots: np.ndarray) -> Batch:
     """One token per request: the hot case, O(batch) host work whatever the context.
 
     `slots` (one each, freshly allocated) go into the host table here; the
@@ -46,18 +46,19 @@ def decode(kv: RequestKV, reqs: list[Request], slots: np.ndarray) -> Batch:
         out_slots=slots.astype(np.int64),
         kv_indices=None,
         sample=[True] * n,
-        sampling=sampling_inputs(reqs),
+        sampling=srows.inputs(reqs, rows),
         is_prefill=False,
         rows=rows,
+        quiet=srows.quiet[rows],  # copies: the rows may change hands before process()
+        stop_ids=srows.stop_ids[rows],
     )
     for r in reqs:  # advance() for one sampled token each
         r.kv_len += 1
         r.pending += 1
-        r.penalty_init = False
     return batch
 
 
-def extend(kv: RequestKV, picked: list[tuple[Request, int]]) -> Batch:
+def extend(kv: RequestKV, srows: SamplingRows, picked: list[tuple[Request, int]]) -> Batch:
     """`picked`: (request, new tokens); their slots are already in the table."""
     input_ids: list[int] = []
     lp_rows: list[list[int]] = []
@@ -93,7 +94,7 @@ def extend(kv: RequestKV, picked: list[tuple[Request, int]]) -> Batch:
         out_slots=np.concatenate(out).astype(np.int64),
         kv_indices=np.concatenate(ctx),
         sample=sample,
-        sampling=sampling_inputs([r for (r, _), s in zip(picked, sample) if s]),
+        sampling=srows.inputs([r for (r, _), s in zip(picked, sample) if s]),
         prompt_lp_rows=lp_rows,
         prompt_lp_targets=lp_targets,
         is_prefill=True,
@@ -102,20 +103,8 @@ def extend(kv: RequestKV, picked: list[tuple[Request, int]]) -> Batch:
     return batch
 
 
-def sampling_inputs(reqs: list[Request]) -> SamplingInputs:
-    return SamplingInputs.from_requests(
-        rows=[r.row for r in reqs],
-        params=[r.params for r in reqs],
-        num_outputs=[len(r.output_ids) + r.pending for r in reqs],
-        eos_ids=[r.eos_ids for r in reqs],
-        penalty_init=[(r.row, r.all_ids) for r in reqs if r.penalty_init],
-    )
-
-
 def advance(picked: list[tuple[Request, int]], sample: list[bool]) -> None:
     """The batch is built: its tokens now count as computed (or in flight)."""
     for (req, n), s in zip(picked, sample):
         req.kv_len += n
         req.pending += int(s)
-        if s:
-            req.penalty_init = False

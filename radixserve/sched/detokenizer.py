@@ -26,15 +26,19 @@ class Detokenizer:
         include_stop: bool,
         skip_special: bool,
         lazy: bool = False,
+        ids: list[int] | None = None,
     ) -> None:
-        """`lazy`: nobody reads the text before the end; ignored when there are stop strings."""
+        """`lazy`: nobody reads the text before the end; ignored when there are stop strings.
+        `ids` (lazy only): the caller's list of output ids, which it appends to itself;
+        `add` then records nothing (the scheduler passes the request's `output_ids`)."""
         self.tok = tokenizer
         self.lazy = lazy and not stop
+        self._shared = self.lazy and ids is not None
         self._done = 0  # ids[:_done] are decoded into text
         self.stop = stop
         self.include_stop = include_stop
         self.skip_special = skip_special
-        self.ids: list[int] = []
+        self.ids: list[int] = ids if self._shared and ids is not None else []
         self.text = ""  # everything decoded so far (may include held-back text)
         self.emitted = 0  # chars of self.text already handed to the caller
         self._prefix_offset = 0
@@ -49,7 +53,8 @@ class Detokenizer:
         if self.tok is None:
             return
         if self.lazy:
-            self.ids.extend(token_ids)
+            if not self._shared:
+                self.ids.extend(token_ids)
             return
         for t in token_ids:
             if self.stopped_by is not None:

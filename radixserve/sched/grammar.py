@@ -112,3 +112,22 @@ def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[
     bitmask = backend.allocate_bitmask(len(reqs))
     backend.fill_bitmasks([reqs[i].grammar for i in rows], bitmask, rows)
     return bitmask, rows
+
+
+def jump_at_start(req: Request, tokenizer: Any) -> int:
+    """What the grammar forces before the first token (`{"name": "`) goes in with the
+    prompt; returns how many tokens that is."""
+    room = req.remaining_tokens - 1  # the prefill samples at least one token
+    # Prefilled with the prompt, it needs no step of its own: on whatever the device.
+    forced = jump_forward(req, tokenizer, True, room)
+    if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
+        req.grammar.rollback(1)
+        req.jump_tokens -= 1
+        forced.pop()
+    if not forced:
+        return 0
+    req.output_ids.extend(forced)
+    req.unsent = forced  # the first output's delta_token_ids carry them
+    if req.detok is not None:
+        req.detok.add(forced)
+    return len(forced)

@@ -54,7 +54,6 @@ class Request:
     error: str | None = None
     # Sampling state shared with the runner (row in its per-request buffers).
     row: int = -1
-    penalty_init: bool = False  # the sampler must rebuild this row's penalty state
     detok: Any = None  # its Detokenizer (text and stop strings), set by the scheduler
     logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
     prompt_logprobs: list[Any] = field(default_factory=list)

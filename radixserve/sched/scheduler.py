@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,41 +42,19 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.outputs import RequestOutput, TokenLogprob
+from radixserve.outputs import RequestOutput
 from radixserve.runtime.runner import StepResult
-from radixserve.sched import batch_build, grammar
+from radixserve.sched import batch_build, grammar, prefix_match, process
 from radixserve.sched.batch import Batch
 from radixserve.sched.cascade import PrefixGrouper
+from radixserve.sched.config import SchedulerConfig
 from radixserve.sched.detokenizer import Detokenizer
-from radixserve.sched.output import make_output, stop_rule
+from radixserve.sched.output import make_output
 from radixserve.sched.request import Request, Status
 from radixserve.sched.request_kv import RequestKV
+from radixserve.sched.sampling_rows import SamplingRows
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_running_requests: int = 256
-    chunked_prefill_size: int = 8192  # prefill tokens per step
-    enable_radix_cache: bool = True
-    decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
-    lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond
-    defer_shared_min: int = 32  # shared uncached tokens that make a request wait a step
-    # Structured output's jump-forward of forced text after a sampled token (sched/grammar.py)
-    # where a request leaves it at None: on where a forward pass costs more than a mixed
-    # step's loss of the CUDA-graph path. The forced text before the first token and a
-    # forced stop token need no step of their own and are on regardless.
-    jump_forward_default: bool = True
-    # Overlap mode on a device whose launch() runs the step before returning (the CPU):
-    # process the step in flight before building one with a jump-forward request in it.
-    # Overlap hides nothing there, and a jump then discards no in-flight token.
-    hold_for_jumps: bool = False
-    mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
-    # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
-    # requests must share to read it once (sched/cascade.py); 0 turns grouping off.
-    cascade_min_shared: int = 0
-    cascade_min_saved: int = 0  # ...and the least slot reads a step's groups must save to be used
 
 
 class Scheduler:
@@ -93,6 +70,7 @@ class Scheduler:
         self.allocator = allocator
         self.cache = cache if config.enable_radix_cache else None
         self.kv = RequestKV(allocator, self.cache, table)
+        self.sampling_rows = SamplingRows(table.max_requests)  # the sampler's per-row flags
         self.tokenizer = tokenizer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -114,36 +92,24 @@ class Scheduler:
     def add(self, req: Request) -> None:
         p = req.params
         req.detok = Detokenizer(
-            self.tokenizer, p.stop, p.include_stop_str_in_output, p.skip_special_tokens, lazy=not req.stream
+            self.tokenizer,
+            p.stop,
+            p.include_stop_str_in_output,
+            p.skip_special_tokens,
+            lazy=not req.stream,
+            ids=req.output_ids,  # lazy: reads the outputs as they are appended
         )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
-            self._jump_at_start(req)
+            self.jump_forward_tokens += grammar.jump_at_start(req, self.tokenizer)
         self.waiting.append(req)
-
-    def _jump_at_start(self, req: Request) -> None:
-        """What the grammar forces before the first token (`{"name": "`) goes in with the prompt."""
-        room = req.remaining_tokens - 1  # the prefill samples at least one token
-        # Prefilled with the prompt, it needs no step of its own: on whatever the device.
-        forced = grammar.jump_forward(req, self.tokenizer, True, room)
-        if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
-            req.grammar.rollback(1)
-            req.jump_tokens -= 1
-            forced.pop()
-        if not forced:
-            return
-        req.output_ids.extend(forced)
-        req.unsent = forced  # the first output's delta_token_ids carry them
-        self.jump_forward_tokens += len(forced)
-        if req.detok is not None:
-            req.detok.add(forced)
 
     def abort(self, rid: str, why: str) -> None:
         """End every completion of request `rid`; their outputs come with the next `process`."""
         for req in [r for r in self.waiting if r.rid == rid]:
             self.waiting.remove(req)
-            self._finish(req, "abort", error=why)
+            self.finish(req, "abort", error=why)
         for req in [r for r in self.running if r.rid == rid]:
-            self._finish(req, "abort", error=why)
+            self.finish(req, "abort", error=why)
 
     def take_aborted(self) -> list[RequestOutput]:
         out, self._aborted = self._aborted, []
@@ -172,7 +138,7 @@ class Scheduler:
             # request would wait forever. Fail the oldest one with the reason.
             req = self.running[0] if self.running else self.waiting.popleft()
             pool = self.allocator.num_slots
-            self._finish(
+            self.finish(
                 req, "abort", error=f"the request needs more KV cache than the pool holds ({pool} slots)"
             )
         return batch
@@ -225,15 +191,17 @@ class Scheduler:
             picked.append((req, n))
             budget -= n
         new_reqs: list[Request] = []
-        for req, match in self._ordered_waiting():
+        for req, match in prefix_match.ordered_waiting(self.cache, self.waiting, self.cfg.lpm_max_queue):
             if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
                 break
             if self.cache is not None and (match is None or picked):
                 # Match (again) right before admitting: an earlier admission in this
                 # step may have evicted the node an ordering-time match points to.
-                match = self._match(req)
+                match = prefix_match.match(self.cache, req)
             matched = match.length if match else 0
-            if self._shares_with_picked(req, matched, picked):
+            if self.cache is not None and prefix_match.shares_with_picked(
+                req, matched, picked, self.cfg.defer_shared_min
+            ):
                 continue
             n = min(req.num_known - matched, budget)
             if not self._admit(req, match, n, alone=not (self.running or new_reqs)):
@@ -245,40 +213,6 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
         return picked
-
-    def _ordered_waiting(self) -> list[tuple[Request, Any]]:
-        if self.cache is None:
-            return [(r, None) for r in self.waiting]
-        if len(self.waiting) > self.cfg.lpm_max_queue:
-            return [(r, None) for r in self.waiting]  # matched at admission instead
-        matched = [(r, self._match(r)) for r in self.waiting]
-        matched.sort(key=lambda rm: (-rm[1].length, rm[0].arrival))
-        return matched
-
-    def _match_limit(self, req: Request) -> int:
-        # At least one token must be computed to get logits; prompt logprobs
-        # from position s need the logits of position s-1.
-        limit = req.num_known - 1
-        if req.params.prompt_logprobs:
-            limit = min(limit, max(req.params.prompt_logprobs_start - 1, 0))
-        return max(limit, 0)
-
-    def _match(self, req: Request) -> Any:
-        assert self.cache is not None
-        return self.cache.match_prefix(req.all_ids[: self._match_limit(req)], req.extra_key)
-
-    def _shares_with_picked(self, req: Request, matched: int, picked: list[tuple[Request, int]]) -> bool:
-        need = self.cfg.defer_shared_min
-        if self.cache is None or req.num_known - matched < need:
-            return False
-        mine = np.asarray(req.known_ids(matched, matched + need))
-        for other, _n in picked:
-            if other.extra_key != req.extra_key or other.num_known < matched + need:
-                continue
-            theirs = np.asarray(other.known_ids(matched, matched + need))
-            if np.array_equal(mine, theirs):
-                return True
-        return False
 
     def _decode_reserve(self, extra: tuple[Request, ...] = ()) -> int:
         ratio = self.cfg.decode_reserve_ratio
@@ -292,7 +226,7 @@ class Scheduler:
         if not self.kv.claim(req, match, n, reserve=reserve):
             return False
         req.status = Status.RUNNING
-        req.penalty_init = req.params.uses_penalties
+        self.sampling_rows.bind(req)
         if not req.admitted:
             req.admitted = True
             req.cached_tokens = min(req.kv_len, len(req.prompt_ids))
@@ -314,7 +248,7 @@ class Scheduler:
             retracted = True
             if len(reqs) + len(jumps) == 1:
                 req = (reqs or jumps)[0]
-                self._finish(req, "abort", error="the KV cache is too small for this request's context")
+                self.finish(req, "abort", error="the KV cache is too small for this request's context")
                 return [], [], True
             victim = min(reqs + jumps, key=lambda r: (r.num_tokens, -r.arrival))
             (reqs if victim in reqs else jumps).remove(victim)
@@ -354,13 +288,13 @@ class Scheduler:
         if not forced and not picked:
             if slots is None:
                 return None
-            batch = batch_build.decode(self.kv, reqs, slots)
+            batch = batch_build.decode(self.kv, self.sampling_rows, reqs, slots)
             if self.grouper is not None:  # shared-prefix groups for cascade attention
                 batch.cascade = self.grouper.group([r.lock_node for r in reqs])
             return batch
         if slots is not None:
             self.kv.put_decode_slots(reqs, slots)
-        batch = batch_build.extend(self.kv, [(r, 1) for r in reqs] + forced + picked)
+        batch = batch_build.extend(self.kv, self.sampling_rows, [(r, 1) for r in reqs] + forced + picked)
         for r, _ in forced:  # only now: until built, a jumped request is no chunked prefill to pick
             r.jumped = False
         if self.cache is not None:
@@ -379,7 +313,7 @@ class Scheduler:
         self.retractions += 1
         self.waiting.appendleft(req)
 
-    def _finish(
+    def finish(
         self, req: Request, reason: str, stop_reason: str | int | None = None, error: str | None = None
     ) -> None:
         req.status = Status.FINISHED
@@ -398,96 +332,13 @@ class Scheduler:
     # ---- after a step --------------------------------------------------------------------
 
     def process(self, batch: Batch, result: StepResult) -> list[RequestOutput]:
-        outputs = self.take_aborted()
-        j = 0
-        lp_j = 0
-        for i, req in enumerate(batch.reqs):
-            n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
-            if n_lp and result.prompt_lps is not None:
-                for k in range(lp_j, lp_j + n_lp):
-                    lp_val, top = result.prompt_lps[k]
-                    top_n = tuple(top[: req.params.top_logprobs])
-                    req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
-            lp_j += n_lp
-            if not batch.sample[i]:
-                if not req.finished and req.prefill_done and req.params.max_tokens == 0:
-                    self._finish(req, "length")
-                    outputs.append(make_output(req, [], None, final=True))
-                continue
-            tok = result.next_ids[j]
-            lp = None
-            if result.logprobs is not None and req.params.logprobs:
-                top_j = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
-                lp = TokenLogprob(tok, result.logprobs[j], top_j)
-            j += 1
-            if req.finished:
-                continue  # aborted or stopped while this step was in flight
-            if req.discard:  # sampled before a jump-forward replaced it (sched/grammar.py)
-                req.discard -= 1
-                continue
-            req.pending -= 1
-            if tok < 0:  # INVALID_TOKEN: this row's logits were NaN/inf
-                self._finish(req, "abort", error="the model produced non-finite logits (NaN/inf)")
-                continue
-            req.output_ids.append(tok)
-            try:
-                out = self._on_token(req, tok, lp)
-            except Exception as e:  # noqa: BLE001 - one request's data (its detokenization) fails it alone
-                self.fail_request(req, e)
-                continue
-            if out is not None:
-                outputs.append(out)
-        outputs.extend(self.take_aborted())
-        return outputs
+        """The step's sampled tokens: stop rules, outputs, finished requests released (sched/process.py)."""
+        return process.process(self, batch, result)
 
     def fail_request(self, req: Request, err: BaseException) -> None:
         """End one request with finish_reason "abort" because handling its data raised `err`."""
         req.detok = None  # it may be what failed: the abort output carries no text
-        self._finish(req, "abort", error=f"this request failed: {type(err).__name__}: {err}")
-
-    def _on_token(self, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
-        if req.detok is not None:
-            req.detok.add([tok])
-        reason, stop_reason = stop_rule(req, tok)
-        new = [tok]
-        if reason is None and req.grammar is not None:
-            reason, stop_reason, new = self._grammar_step(req, tok)
-        if req.unsent:  # forced before the first token (_jump_at_start)
-            new, req.unsent = req.unsent + new, []
-        if reason == "abort":
-            return None  # its output is in self._aborted
-        if reason is not None:
-            self._finish(req, reason, stop_reason)
-            return make_output(req, new, lp, final=True)
-        if not req.stream:  # complete(): nobody reads the steps in between
-            if lp is not None:
-                req.logprobs.append(lp)
-            return None
-        return make_output(req, new, lp, final=False)
-
-    def _grammar_step(self, req: Request, tok: int) -> tuple[str | None, str | int | None, list[int]]:
-        """Accept `tok`, then append what the grammar forces (jump-forward), with stop rules."""
-        reason, stop_reason, error = grammar.accept(req, tok)
-        if reason == "abort":
-            self._finish(req, "abort", error=error)
-        if reason is not None:
-            return reason, stop_reason, [tok]
-        discarded = req.jump_discarded
-        forced = grammar.jump_forward(req, self.tokenizer, self.cfg.jump_forward_default)
-        self.jump_discarded += req.jump_discarded - discarded
-        new = [tok]
-        if forced:
-            req.jumped = True
-        for f in forced:
-            req.output_ids.append(f)
-            new.append(f)
-            self.jump_forward_tokens += 1
-            if req.detok is not None:
-                req.detok.add([f])
-            reason, stop_reason = stop_rule(req, f)
-            if reason is not None:
-                return reason, stop_reason, new
-        return None, None, new
+        self.finish(req, "abort", error=f"this request failed: {type(err).__name__}: {err}")
 
     def check_integrity(self) -> None:
         self.kv.check_integrity(self.running)

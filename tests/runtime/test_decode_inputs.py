@@ -71,3 +71,7 @@ def test_table_write_mirrors_to_the_device_copy() -> None:
     gpu.write(row, 2, torch.tensor([5, 6, 7]))
     assert gpu.device_table.device.type == "cuda"
     assert torch.equal(gpu.device_table.cpu(), gpu.table)
+    other = gpu.alloc_row()
+    for k in range(3):  # scatter's two pinned staging buffers, the first one reused
+        gpu.scatter(np.array([row, other]), np.array([k, 7 - k]), np.array([10 + k, 20 + k]))
+    assert torch.equal(gpu.device_table.cpu(), gpu.table)

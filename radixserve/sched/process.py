@@ -1,0 +1,155 @@
+"""After a step: its sampled tokens become request state and outputs (`Scheduler.process`).
+
+Most requests of a big decode step are *quiet*: nobody streams them, they
+have no stop strings, grammar or logprobs, so their step is one appended
+token and a length check, and no `RequestOutput` until they finish (their
+text is decoded lazily at the end, sched/detokenizer.py). For a decode step
+the stop-id and EOS checks of every row run over arrays first (the batch
+carries each row's stop ids, sched/sampling_rows.py); only the rows that hit
+one, produced an invalid id, or are not quiet take the full per-token path
+(`on_token`: detokenization, stop strings, grammar and jump-forward, outputs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from radixserve.outputs import RequestOutput, TokenLogprob
+from radixserve.runtime.runner import StepResult
+from radixserve.sched import grammar
+from radixserve.sched.batch import Batch
+from radixserve.sched.output import make_output, stop_rule
+from radixserve.sched.request import Request, Status
+
+if TYPE_CHECKING:
+    from radixserve.sched.scheduler import Scheduler
+
+
+def process(sched: Scheduler, batch: Batch, result: StepResult) -> list[RequestOutput]:
+    outputs = sched.take_aborted()
+    if batch.quiet is not None and result.logprobs is None:
+        _process_decode(sched, batch, result, outputs)
+    else:
+        _process_any(sched, batch, result, outputs)
+    outputs.extend(sched.take_aborted())
+    return outputs
+
+
+def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
+    """A decode step: one sampled token per request, the quiet ones without per-token work."""
+    assert batch.quiet is not None and batch.stop_ids is not None
+    toks = np.asarray(result.next_ids, dtype=np.int64)
+    loud = ~batch.quiet | (batch.stop_ids == toks[:, None]).any(axis=1) | (toks < 0)
+    finished = Status.FINISHED
+    for req, tok, is_loud in zip(batch.reqs, result.next_ids, loud.tolist()):
+        if is_loud:
+            out = _sampled(sched, req, tok, None)
+            if out is not None:
+                outputs.append(out)
+            continue
+        if req.status is finished:
+            continue  # aborted while this step was in flight
+        req.pending -= 1
+        ids = req.output_ids
+        ids.append(tok)  # a quiet request's lazy detokenizer reads this very list
+        n = len(ids)
+        if n >= req.params.max_tokens or len(req.prompt_ids) + n + req.pending >= req.max_context:
+            sched.finish(req, "length")
+            try:  # its lazy detokenization runs now
+                outputs.append(make_output(req, [tok], None, final=True))
+            except Exception as e:  # noqa: BLE001 - one request's data fails it alone
+                sched.fail_request(req, e)
+
+
+def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
+    j = 0
+    lp_j = 0
+    for i, req in enumerate(batch.reqs):
+        n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
+        if n_lp and result.prompt_lps is not None:
+            for k in range(lp_j, lp_j + n_lp):
+                lp_val, top = result.prompt_lps[k]
+                top_n = tuple(top[: req.params.top_logprobs])
+                req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
+        lp_j += n_lp
+        if not batch.sample[i]:
+            if not req.finished and req.prefill_done and req.params.max_tokens == 0:
+                sched.finish(req, "length")
+                outputs.append(make_output(req, [], None, final=True))
+            continue
+        tok = result.next_ids[j]
+        lp = None
+        if result.logprobs is not None and req.params.logprobs:
+            top_j = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
+            lp = TokenLogprob(tok, result.logprobs[j], top_j)
+        j += 1
+        out = _sampled(sched, req, tok, lp)
+        if out is not None:
+            outputs.append(out)
+
+
+def _sampled(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
+    """Request `req` sampled `tok` (the full path)."""
+    if req.finished:
+        return None  # aborted or stopped while this step was in flight
+    if req.discard:  # sampled before a jump-forward replaced it (sched/grammar.py)
+        req.discard -= 1
+        return None
+    req.pending -= 1
+    if tok < 0:  # INVALID_TOKEN: this row's logits were NaN/inf
+        sched.finish(req, "abort", error="the model produced non-finite logits (NaN/inf)")
+        return None
+    req.output_ids.append(tok)
+    try:
+        return on_token(sched, req, tok, lp)
+    except Exception as e:  # noqa: BLE001 - one request's data (its detokenization) fails it alone
+        sched.fail_request(req, e)
+        return None
+
+
+def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
+    if req.detok is not None:
+        req.detok.add([tok])
+    reason, stop_reason = stop_rule(req, tok)
+    new = [tok]
+    if reason is None and req.grammar is not None:
+        reason, stop_reason, new = grammar_step(sched, req, tok)
+    if req.unsent:  # forced before the first token (grammar.jump_at_start)
+        new, req.unsent = req.unsent + new, []
+    if reason == "abort":
+        return None  # its output is in the scheduler's aborted list
+    if reason is not None:
+        sched.finish(req, reason, stop_reason)
+        return make_output(req, new, lp, final=True)
+    if not req.stream:  # complete(): nobody reads the steps in between
+        if lp is not None:
+            req.logprobs.append(lp)
+        return None
+    return make_output(req, new, lp, final=False)
+
+
+def grammar_step(sched: Scheduler, req: Request, tok: int) -> tuple[str | None, str | int | None, list[int]]:
+    """Accept `tok`, then append what the grammar forces (jump-forward), with stop rules."""
+    reason, stop_reason, error = grammar.accept(req, tok)
+    if reason == "abort":
+        sched.finish(req, "abort", error=error)
+    if reason is not None:
+        return reason, stop_reason, [tok]
+    discarded = req.jump_discarded
+    forced = grammar.jump_forward(req, sched.tokenizer, sched.cfg.jump_forward_default)
+    sched.jump_discarded += req.jump_discarded - discarded
+    new = [tok]
+    if forced:
+        req.jumped = True
+    for f in forced:
+        req.output_ids.append(f)
+        new.append(f)
+        sched.jump_forward_tokens += 1
+        if req.detok is not None:
+            req.detok.add([f])
+        reason, stop_reason = stop_rule(req, f)
+        if reason is not None:
+            return reason, stop_reason, new
+    return None, None, new
