@@ -1,0 +1,118 @@
+"""Where the worker's outputs go: one sink per submission, on the event loop.
+
+The worker posts each step's outputs once (`loop.call_soon_threadsafe`);
+`Sinks.dispatch` routes them by key to the sink of the caller who submitted
+them: an `asyncio.Queue` that `generate()` drains, or a `Collector` that
+resolves `complete()` once. It also counts the completions still to finish,
+so `shutdown(drain=True)` knows when the engine is idle.
+
+Each submission has its own key: the request id, or the id plus a suffix
+while an earlier request of the same id is still winding down, so late
+outputs of a cancelled request never reach a new request that reuses its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import replace
+from typing import Protocol
+
+from radixserve.outputs import RequestOutput
+
+
+class Sink(Protocol):
+    def put_nowait(self, item: RequestOutput | BaseException) -> None: ...
+
+
+class Collector:
+    """The sink of `complete()`: keeps the final output of each completion, resolves once."""
+
+    def __init__(self, n: int, done: asyncio.Future[list[RequestOutput]]) -> None:
+        self.n = n
+        self.done = done
+        self.final: dict[int, RequestOutput] = {}
+
+    def put_nowait(self, item: RequestOutput | BaseException) -> None:
+        if self.done.done():
+            return
+        if isinstance(item, BaseException):
+            self.done.set_exception(item)
+        elif item.finished:
+            self.final[item.index] = item
+            if len(self.final) == self.n:
+                self.done.set_result([self.final[i] for i in sorted(self.final)])
+
+
+class Sinks:
+    def __init__(self) -> None:
+        self._streams: dict[str, Sink] = {}
+        self._owner: dict[str, str] = {}  # caller's request id -> key of its live submission
+        self._pending: dict[str, int] = {}  # key -> completions whose final output is still to come
+        self._alias: dict[str, str] = {}  # key -> caller's request id, where the two differ
+        self._keys = itertools.count()
+        self._active = 0  # completions submitted and not yet finished
+        self.idle: asyncio.Event | None = None  # set while nothing is pending (made in the engine's loop)
+
+    def new_key(self, request_id: str) -> str:
+        """The key of a new submission under `request_id`; ValueError if one is live."""
+        if request_id in self._owner:
+            raise ValueError(f"request_id {request_id!r} is already running")
+        if request_id in self._pending:  # an earlier request of this id is still winding down
+            return f"{request_id}\x00{next(self._keys)}"
+        return request_id
+
+    def key_of(self, request_id: str) -> str:
+        """The key of the live submission under `request_id` (the id itself if none)."""
+        return self._owner.get(request_id, request_id)
+
+    def add(self, key: str, sink: Sink, request_id: str | None, n: int) -> None:
+        user = request_id or key
+        self._streams[key] = sink
+        self._owner[user] = key
+        self._pending[key] = n
+        if user != key:
+            self._alias[key] = user
+        self._active += n
+        assert self.idle is not None
+        self.idle.clear()
+
+    def release(self, key: str, request_id: str | None) -> None:
+        """The caller stopped listening to submission `key`; its request id may be reused."""
+        self._streams.pop(key, None)
+        user = request_id or key
+        if self._owner.get(user) == key:
+            del self._owner[user]
+
+    def dispatch(self, outputs: list[RequestOutput]) -> None:  # event loop
+        for out in outputs:
+            key = out.request_id
+            user = self._alias.get(key) if self._alias else None
+            if user is not None:
+                out = replace(out, request_id=user)
+            q = self._streams.get(key)
+            if q is not None:
+                q.put_nowait(out)
+            if out.finished:
+                self._active -= 1
+                left = self._pending.get(key, 0) - 1
+                if left > 0:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
+                    self._alias.pop(key, None)
+        if self._active <= 0 and self.idle is not None:
+            self._active = 0
+            self.idle.set()
+
+    def close(self, err: BaseException) -> None:  # event loop
+        """Every pending submission ends with `err`; nobody waits forever."""
+        for q in self._streams.values():
+            q.put_nowait(err)
+        self._streams.clear()
+        self._owner.clear()
+        self._pending.clear()
+        self._alias.clear()
+        self._active = 0
+        if self.idle is not None:
+            self.idle.set()
