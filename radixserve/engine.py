@@ -4,7 +4,9 @@ The engine lives in the caller's asyncio event loop. Requests are tokenized
 and validated there (a bad request raises in the caller and never reaches the
 worker); the worker thread (`sched/worker.py`) schedules and runs the model;
 its outputs come back once per step through `loop.call_soon_threadsafe` into
-one queue per request, which `generate()` drains as an async generator.
+one sink per request (`sinks.py`), which `generate()` drains as an async
+generator: one output per completion per step, fewer and larger ones when
+the caller reads slower than the engine produces.
 Cancelling the task aborts the request, and so does closing the generator
 (see `generate`).
 
@@ -36,7 +38,7 @@ from radixserve.sched import maintenance
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
-from radixserve.sinks import Collector, Sink, Sinks
+from radixserve.sinks import Collector, Sink, Sinks, Stream
 from radixserve.submission import complete_many, make_requests
 
 
@@ -176,14 +178,13 @@ class AsyncEngine:
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._attach_grammar(reqs, compiled)
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        rid = self._submit(reqs, queue, request_id)
+        assert self._loop is not None
+        stream = Stream(self._loop)
+        rid = self._submit(reqs, stream, request_id)
         remaining = len(reqs)
         try:
             while remaining:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+                item = await stream.get()
                 if item.finished:
                     remaining -= 1
                 yield item

@@ -2,8 +2,8 @@
 
 The worker posts each step's outputs once (`loop.call_soon_threadsafe`);
 `Sinks.dispatch` routes them by key to the sink of the caller who submitted
-them: an `asyncio.Queue` that `generate()` drains, or a `Collector` that
-resolves `complete()` once. It also counts the completions still to finish,
+them: a `Stream` that `generate()` drains, or a `Collector` that resolves
+`complete()` once. It also counts the completions still to finish,
 so `shutdown(drain=True)` knows when the engine is idle.
 
 Each submission has its own key: the request id, or the id plus a suffix
@@ -18,11 +18,53 @@ import itertools
 from dataclasses import replace
 from typing import Protocol
 
-from radixserve.outputs import RequestOutput
+from radixserve.outputs import RequestOutput, merge
 
 
 class Sink(Protocol):
     def put_nowait(self, item: RequestOutput | BaseException) -> None: ...
+
+
+class Stream:
+    """The sink of `generate()`: the outputs not yet read, at most one per completion.
+
+    An output that arrives while its completion's previous one is still unread
+    is merged into it (`outputs.merge`), so a consumer that falls behind reads
+    fewer, larger outputs instead of a growing queue of small ones, and wakes at
+    most once per step. Every token and every piece of text still arrives
+    exactly once, in order; an error is raised after the outputs before it.
+    """
+
+    __slots__ = ("_ready", "_waiter", "_error", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ready: dict[int, RequestOutput] = {}  # by completion index, oldest first
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._loop = loop
+
+    def put_nowait(self, item: RequestOutput | BaseException) -> None:
+        if isinstance(item, BaseException):
+            if self._error is None:
+                self._error = item
+        else:
+            prev = self._ready.get(item.index)
+            self._ready[item.index] = item if prev is None else merge(prev, item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> RequestOutput:
+        while not self._ready:
+            if self._error is not None:
+                raise self._error
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        ready = self._ready
+        return ready.pop(next(iter(ready)))
 
 
 class Collector:
