@@ -360,7 +360,7 @@ class AsyncEngine:
                 worker.stop()
 
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
-        self._to_loop(self._sinks.dispatch, outputs)
+        self._sinks.post(outputs, self._to_loop)
 
     def _close_sinks(self, err: BaseException) -> None:  # event loop
         """Every pending request and maintenance call ends with `err`; nobody waits forever."""

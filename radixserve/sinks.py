@@ -1,7 +1,8 @@
 """Where the worker's outputs go: one sink per submission, on the event loop.
 
-The worker posts each step's outputs once (`loop.call_soon_threadsafe`);
-`Sinks.dispatch` routes them by key to the sink of the caller who submitted
+The worker posts each step's outputs once (`Sinks.post`: a mailbox, and one
+`loop.call_soon_threadsafe` unless a delivery is already due, so a busy loop
+takes several steps in one go); `Sinks.dispatch` routes them by key to the sink of the caller who submitted
 them: a `Stream` that `generate()` drains, or a `Collector` that resolves
 `complete()` once. It also counts the completions still to finish,
 so `shutdown(drain=True)` knows when the engine is idle.
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from radixserve.outputs import RequestOutput, merge
 
@@ -95,6 +98,8 @@ class Sinks:
         self._keys = itertools.count()
         self._active = 0  # completions submitted and not yet finished
         self.idle: asyncio.Event | None = None  # set while nothing is pending (made in the engine's loop)
+        self._mail: deque[list[RequestOutput]] = deque()  # steps posted by the worker, not yet dispatched
+        self._mail_due = False  # a delivery is scheduled on the loop
 
     def new_key(self, request_id: str) -> str:
         """The key of a new submission under `request_id`; ValueError if one is live."""
@@ -125,6 +130,20 @@ class Sinks:
         user = request_id or key
         if self._owner.get(user) == key:
             del self._owner[user]
+
+    def post(self, outputs: list[RequestOutput], to_loop: Callable[[Any], None]) -> None:  # worker thread
+        self._mail.append(outputs)
+        # The loop clears the flag before it drains, so outputs appended after a drain
+        # began always see it clear and schedule their own delivery.
+        if not self._mail_due:
+            self._mail_due = True
+            to_loop(self._deliver)
+
+    def _deliver(self) -> None:  # event loop
+        self._mail_due = False
+        mail = self._mail
+        while mail:
+            self.dispatch(mail.popleft())
 
     def dispatch(self, outputs: list[RequestOutput]) -> None:  # event loop
         for out in outputs:
