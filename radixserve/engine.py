@@ -184,7 +184,10 @@ class AsyncEngine:
         remaining = len(reqs)
         try:
             while remaining:
-                item = await stream.get()
+                item = stream.take()
+                if item is None:
+                    await stream.arm()
+                    continue
                 if item.finished:
                     remaining -= 1
                 yield item

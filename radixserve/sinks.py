@@ -54,20 +54,24 @@ class Stream:
             prev = self._ready.get(item.index)
             self._ready[item.index] = item if prev is None else merge(prev, item)
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():  # not cancelled with its reader
+                waiter.set_result(None)
 
-    async def get(self) -> RequestOutput:
-        while not self._ready:
-            if self._error is not None:
-                raise self._error
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+    def take(self) -> RequestOutput | None:
+        """The oldest unread output, or None if there is none yet; the error once all are read."""
         ready = self._ready
-        return ready.pop(next(iter(ready)))
+        if ready:
+            return ready.pop(next(iter(ready)))
+        if self._error is not None:
+            raise self._error
+        return None
+
+    def arm(self) -> asyncio.Future[None]:
+        """A future the next `put_nowait` resolves (awaited by `generate` itself: no extra frame)."""
+        self._waiter = waiter = self._loop.create_future()
+        return waiter
 
 
 class Collector:
