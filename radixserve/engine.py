@@ -61,7 +61,6 @@ class AsyncEngine:
         self._arrival = itertools.count()
         self._error: BaseException | None = None
         self._start_task: asyncio.Task[None] | None = None
-        self._calls: set[asyncio.Future[Any]] = set()  # maintenance calls waiting on the worker
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
@@ -177,7 +176,7 @@ class AsyncEngine:
         params = params or SamplingParams()
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._attach_grammar(reqs, compiled)
+        self._grammars.attach(reqs, compiled)
         assert self._loop is not None
         stream = Stream(self._loop)
         rid = self._submit(reqs, stream, request_id)
@@ -192,7 +191,7 @@ class AsyncEngine:
                     remaining -= 1
                 yield item
         finally:
-            self._release_sink(rid, request_id)
+            self._sinks.release(rid, request_id)
             if remaining:
                 self._abort_quietly(rid)
 
@@ -212,7 +211,7 @@ class AsyncEngine:
         params = params or SamplingParams()
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._attach_grammar(reqs, compiled)
+        self._grammars.attach(reqs, compiled)
         for r in reqs:
             r.stream = False
         assert self._loop is not None
@@ -221,7 +220,7 @@ class AsyncEngine:
         try:
             outs = await collector.done
         finally:
-            self._release_sink(rid, request_id)
+            self._sinks.release(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
                 self._abort_quietly(rid)
         return outs[0] if len(outs) == 1 else outs
@@ -244,9 +243,6 @@ class AsyncEngine:
         self._worker.submit("add", reqs)
         return rid
 
-    def _release_sink(self, key: str, request_id: str | None) -> None:
-        self._sinks.release(key, request_id)
-
     def _abort_quietly(self, rid: str) -> None:
         if self._worker is not None and self._error is None:
             self._worker.submit("abort", (rid, "cancelled by the caller"))
@@ -262,21 +258,12 @@ class AsyncEngine:
     async def _call(self, fn: Any) -> Any:
         self._check_alive()
         assert self._loop is not None and self._worker is not None
-        fut: asyncio.Future[Any] = self._loop.create_future()
-
-        def done(value: Any, err: BaseException | None) -> None:
-            def settle() -> None:
-                if not fut.done():
-                    fut.set_exception(err) if err else fut.set_result(value)
-
-            self._to_loop(settle)
-
-        self._calls.add(fut)
+        fut, done = self._sinks.new_call(self._loop, self._to_loop)
         try:
             self._worker.submit("call", (fn, done))
             return await fut
         finally:
-            self._calls.discard(fut)
+            self._sinks.calls.discard(fut)
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
@@ -303,9 +290,6 @@ class AsyncEngine:
     def _grammar_backend(self) -> Any:
         assert self.loaded is not None
         return xgrammar_backend(self.loaded)
-
-    def _attach_grammar(self, reqs: list[Request], compiled: Any) -> None:
-        self._grammars.attach(reqs, compiled)
 
     @property
     def grammar_cache(self) -> GrammarCache | None:
@@ -366,11 +350,7 @@ class AsyncEngine:
         self._sinks.post(outputs, self._to_loop)
 
     def _close_sinks(self, err: BaseException) -> None:  # event loop
-        """Every pending request and maintenance call ends with `err`; nobody waits forever."""
         self._sinks.close(err)
-        for fut in self._calls:
-            if not fut.done():
-                fut.set_exception(err)
 
     def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:

@@ -104,6 +104,7 @@ class Sinks:
         self.idle: asyncio.Event | None = None  # set while nothing is pending (made in the engine's loop)
         self._mail: deque[list[RequestOutput]] = deque()  # steps posted by the worker, not yet dispatched
         self._mail_due = False  # a delivery is scheduled on the loop
+        self.calls: set[asyncio.Future[Any]] = set()  # maintenance calls waiting on the worker
 
     def new_key(self, request_id: str) -> str:
         """The key of a new submission under `request_id`; ValueError if one is live."""
@@ -170,10 +171,29 @@ class Sinks:
             self._active = 0
             self.idle.set()
 
+    def new_call(
+        self, loop: asyncio.AbstractEventLoop, to_loop: Callable[..., None]
+    ) -> tuple[asyncio.Future[Any], Callable[[Any, BaseException | None], None]]:
+        """A maintenance call's future, and the callback the worker settles it with."""
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def done(value: Any, err: BaseException | None) -> None:  # worker thread
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_exception(err) if err else fut.set_result(value)
+
+            to_loop(settle)
+
+        self.calls.add(fut)
+        return fut, done
+
     def close(self, err: BaseException) -> None:  # event loop
-        """Every pending submission ends with `err`; nobody waits forever."""
+        """Every pending submission and maintenance call ends with `err`; nobody waits forever."""
         for q in self._streams.values():
             q.put_nowait(err)
+        for fut in self.calls:
+            if not fut.done():
+                fut.set_exception(err)
         self._streams.clear()
         self._owner.clear()
         self._pending.clear()
