@@ -4,15 +4,16 @@ The engine lives in the caller's asyncio event loop. Requests are tokenized
 and validated there (a bad request raises in the caller and never reaches the
 worker); the worker thread (`sched/worker.py`) schedules and runs the model;
 its outputs come back once per step through `loop.call_soon_threadsafe` into
-one queue per request, which `generate()` drains as an async generator.
+one sink per request (`sinks.py`), which `generate()` drains as an async
+generator: one output per completion per step, fewer and larger ones when
+the caller reads slower than the engine produces.
 Cancelling the task aborts the request, and so does closing the generator
 (see `generate`).
 
 An engine belongs to the event loop it was started in (`engine.loop`); calls
-from another loop raise `RuntimeError` at once. Internally each submission
-has its own key (the request id, or the id plus a suffix while an earlier
-request of the same id is still winding down), so late outputs of a cancelled
-request never reach a new request that reuses its id.
+from another loop raise `RuntimeError` at once. What it runs on is built in
+`engine_build.py`; routing outputs to their callers is `sinks.py`; compiling
+grammars for structured output is `constrained/compiler.py`.
 """
 
 from __future__ import annotations
@@ -20,34 +21,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import threading
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-import torch
-
-from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.kv_pool import KVPool
-from radixserve.cache.radix_tree import RadixCache
-from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
-from radixserve.model.loader import LoadedModel, load_model
+from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
+from radixserve.engine_build import build_parts
+from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import Prompt, tokenize_prompt
-from radixserve.runtime.attention import make_attention_backend
-from radixserve.runtime.kernels import make_kernels, use_kernels
-from radixserve.runtime.runner import ModelRunner
+from radixserve.prompts import Prompt
 from radixserve.sampling_params import SamplingParams
+from radixserve.sched import maintenance
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
-
-_CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
-# Engines build one at a time: transformers' lazy imports are not thread-safe.
-_BUILD_LOCK = threading.Lock()
+from radixserve.sinks import Collector, Sink, Sinks, Stream
+from radixserve.submission import complete_many, make_requests
 
 
 class EngineDeadError(RuntimeError):
@@ -65,23 +57,15 @@ class AsyncEngine:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
-        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException] | _Collector] = {}
-        self._active = 0  # completions submitted and not yet finished
-        self._idle: asyncio.Event | None = None
+        self._sinks = Sinks()
         self._arrival = itertools.count()
         self._error: BaseException | None = None
         self._start_task: asyncio.Task[None] | None = None
-        self._owner: dict[str, str] = {}  # caller's request id -> key of its live submission
-        self._pending: dict[str, int] = {}  # key -> completions whose final output is still to come
-        self._alias: dict[str, str] = {}  # key -> caller's request id, where the two differ
-        self._keys = itertools.count()
-        self._calls: set[asyncio.Future[Any]] = set()  # maintenance calls waiting on the worker
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
         self.context_length = 0
-        self._grammars: GrammarCache | None = None  # built on the first constrained request
-        self._grammar_lock: asyncio.Lock | None = None
+        self._grammars = GrammarCompiler(self.config, self._grammar_backend)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -100,8 +84,8 @@ class AsyncEngine:
         return self
 
     async def _start(self) -> None:
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._sinks.idle = asyncio.Event()
+        self._sinks.idle.set()
         self._error = None
         try:
             await asyncio.to_thread(self._build)
@@ -119,65 +103,17 @@ class AsyncEngine:
         return self._loop
 
     def _build(self) -> None:
-        with _BUILD_LOCK:
-            self._build_locked()
-
-    def _build_locked(self) -> None:
-        cfg = self.config
-        device, dtype = cfg.torch_device(), cfg.torch_dtype()
-        loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
-        use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
-        mc = loaded.config
-        self.context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
-        pool_cfg = mc.kv_pool_config(dtype, device)
-        num_slots = self._kv_slots(pool_cfg.bytes_per_slot, device)
-        # One slot more than the allocator hands out: the scratch slot that padded
-        # CUDA-graph rows write to.
-        pool = KVPool(pool_cfg, num_slots + 1)
-        attn = make_attention_backend(
-            cfg.attention_backend, pool, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.attn_scale
-        )
-        allocator = SlotAllocator(num_slots)
-        cache = RadixCache(allocator, page_size=cfg.page_size)
-        table = ReqToSlotTable(cfg.max_running_requests, self.context_length + 1, device=device)
-        sched_cfg = cfg.scheduler_config()
-        if not attn.supports_cascade:  # its kernels would ignore the groups: don't form them
-            sched_cfg = replace(sched_cfg, cascade_min_shared=0)
-        elif sched_cfg.cascade_min_shared:
-            attn.prepare_cascade()  # kernels built at start, not in the first cascade step
-        self.scheduler = Scheduler(sched_cfg, allocator, cache, table, loaded.tokenizer)
-        runner = ModelRunner(
-            loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device, slot_table=table.device_table
-        )
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
-        if cfg.cuda_graph and device.type == "cuda":
-            max_kv = min(cfg.max_running_requests * (self.context_length + 1), 1 << 26)
-            runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
-        self.loaded = loaded
-        self.pool = pool
+        parts = build_parts(self.config)
+        self.loaded, self.pool, self.scheduler = parts.loaded, parts.pool, parts.scheduler
+        self.context_length = parts.context_length
         self._worker = Worker(
-            self.scheduler, runner, self._post, self._fail, cfg.overlap_enabled, self._grammar_backend_now
+            parts.scheduler,
+            parts.runner,
+            self._post,
+            self._fail,
+            self.config.overlap_enabled,
+            self._grammars.backend_now,
         )
-
-    def _kv_slots(self, bytes_per_slot: int, device: Any) -> int:
-        cfg = self.config
-        if cfg.kv_cache_tokens is not None:
-            return cfg.kv_cache_tokens
-        if cfg.kv_cache_bytes is not None:
-            return max(1, cfg.kv_cache_bytes // bytes_per_slot)
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            # Room for activations, logits and graphs stays outside the fraction.
-            slots = int(free * cfg.mem_fraction) // bytes_per_slot - 1
-            if slots < self.context_length:
-                raise RuntimeError(
-                    f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model: "
-                    f"{max(slots, 0)} KV slots, fewer than one full context ({self.context_length}); "
-                    "free memory, raise mem_fraction or lower context_length"
-                )
-            return slots
-        return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * self.context_length))
 
     async def shutdown(self, drain: bool = True) -> None:
         """Stop the worker; with `drain`, first let every submitted request finish.
@@ -195,8 +131,8 @@ class AsyncEngine:
                 raise self._wrong_loop()
             drain = False  # its loop is gone, and with it everyone who could wait for a result
         elif drain and self._error is None:
-            assert self._idle is not None
-            await self._idle.wait()
+            assert self._sinks.idle is not None
+            await self._sinks.idle.wait()
         worker, self._worker = self._worker, None
         await asyncio.to_thread(worker.stop)
         if self._loop is not None and not self._loop.is_closed():
@@ -240,20 +176,22 @@ class AsyncEngine:
         params = params or SamplingParams()
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._attach_grammar(reqs, compiled)
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        rid = self._submit(reqs, queue, request_id)
+        self._grammars.attach(reqs, compiled)
+        assert self._loop is not None
+        stream = Stream(self._loop)
+        rid = self._submit(reqs, stream, request_id)
         remaining = len(reqs)
         try:
             while remaining:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+                item = stream.take()
+                if item is None:
+                    await stream.arm()
+                    continue
                 if item.finished:
                     remaining -= 1
                 yield item
         finally:
-            self._release_sink(rid, request_id)
+            self._sinks.release(rid, request_id)
             if remaining:
                 self._abort_quietly(rid)
 
@@ -273,16 +211,16 @@ class AsyncEngine:
         params = params or SamplingParams()
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._attach_grammar(reqs, compiled)
+        self._grammars.attach(reqs, compiled)
         for r in reqs:
             r.stream = False
         assert self._loop is not None
-        collector = _Collector(len(reqs), self._loop.create_future())
+        collector = Collector(len(reqs), self._loop.create_future())
         rid = self._submit(reqs, collector, request_id)
         try:
             outs = await collector.done
         finally:
-            self._release_sink(rid, request_id)
+            self._sinks.release(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
                 self._abort_quietly(rid)
         return outs[0] if len(outs) == 1 else outs
@@ -295,55 +233,15 @@ class AsyncEngine:
         progress: bool = False,
     ) -> list[RequestOutput | list[RequestOutput]]:
         """Run many requests concurrently; results in prompt order."""
-        plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(plist) != len(prompts):
-            raise ValueError(f"generate_many: {len(prompts)} prompts but {len(plist)} SamplingParams")
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(prompts), desc="radixserve")
-
-        async def one(p: Prompt, sp: SamplingParams | None) -> RequestOutput | list[RequestOutput]:
-            res = await self.complete(p, sp)
-            if bar is not None:
-                bar.update(1)
-            return res
-
         self._check_alive()
-        tasks = [asyncio.ensure_future(one(p, sp)) for p, sp in zip(prompts, plist)]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            # One failure (e.g. an invalid prompt) ends the whole call: abort the others too.
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+        return await complete_many(self.complete, prompts, params, progress)
 
-    def _submit(self, reqs: list[Request], sink: Any, request_id: str | None) -> str:
+    def _submit(self, reqs: list[Request], sink: Sink, request_id: str | None) -> str:
         rid = reqs[0].rid  # the submission's key
-        user = request_id or rid
-        self._streams[rid] = sink
-        self._owner[user] = rid
-        self._pending[rid] = len(reqs)
-        if user != rid:
-            self._alias[rid] = user
-        self._active += len(reqs)
-        assert self._idle is not None and self._worker is not None
-        self._idle.clear()
+        self._sinks.add(rid, sink, request_id, len(reqs))
+        assert self._worker is not None
         self._worker.submit("add", reqs)
         return rid
-
-    def _release_sink(self, key: str, request_id: str | None) -> None:
-        """The caller stopped listening to submission `key`; its request id may be reused."""
-        self._streams.pop(key, None)
-        user = request_id or key
-        if self._owner.get(user) == key:
-            del self._owner[user]
 
     def _abort_quietly(self, rid: str) -> None:
         if self._worker is not None and self._error is None:
@@ -352,7 +250,7 @@ class AsyncEngine:
     async def abort(self, request_id: str) -> None:
         self._check_loop()
         if self._worker is not None:
-            key = self._owner.get(request_id, request_id)
+            key = self._sinks.key_of(request_id)
             self._worker.submit("abort", (key, "aborted by abort()"))
 
     # ---- maintenance (run on the worker thread, between steps) ---------------------------
@@ -360,108 +258,42 @@ class AsyncEngine:
     async def _call(self, fn: Any) -> Any:
         self._check_alive()
         assert self._loop is not None and self._worker is not None
-        fut: asyncio.Future[Any] = self._loop.create_future()
-
-        def done(value: Any, err: BaseException | None) -> None:
-            def settle() -> None:
-                if not fut.done():
-                    fut.set_exception(err) if err else fut.set_result(value)
-
-            self._to_loop(settle)
-
-        self._calls.add(fut)
+        fut, done = self._sinks.new_call(self._loop, self._to_loop)
         try:
             self._worker.submit("call", (fn, done))
             return await fut
         finally:
-            self._calls.discard(fut)
+            self._sinks.calls.discard(fut)
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
-
-        def flush(s: Scheduler) -> bool:
-            if s.has_work or s.cache is None:
-                return s.cache is None and not s.has_work
-            s.cache.reset()
-            return True
-
-        return bool(await self._call(flush))
+        return bool(await self._call(maintenance.flush_cache))
 
     async def check_integrity(self) -> None:
         """Assert every KV slot is free, in the radix tree, or owned by a running request."""
         await self._call(lambda s: s.check_integrity())
 
     async def stats(self) -> dict[str, Any]:
-        def read(s: Scheduler) -> dict[str, Any]:
-            return {
-                "waiting": len(s.waiting),
-                "running": len(s.running),
-                "free_slots": s.allocator.num_free,
-                "total_slots": s.allocator.num_slots,
-                "cached_tokens": s.cache.total_size if s.cache else 0,
-                "prompt_tokens": s.prompt_tokens_admitted,
-                "prompt_tokens_cached": s.cached_tokens_admitted,
-                "retractions": s.retractions,
-                "forward_steps": self._worker.steps if self._worker else 0,
-                "jump_forward_tokens": s.jump_forward_tokens,
-                # Forced tokens appended without a forward pass each, less the in-flight
-                # tokens those jumps discarded (overlap mode).
-                "forward_passes_saved": s.jump_forward_tokens - s.jump_discarded,
-                "mask_fill_s": self._worker.mask_fill_s if self._worker else 0.0,
-                "mask_rows": self._worker.mask_rows if self._worker else 0,
-                # Shared-prefix (cascade) decode: steps that read shared prefixes once per
-                # group, and the K/V slot reads (per layer) they avoided.
-                "cascade_steps": s.grouper.steps if s.grouper is not None else 0,
-                "cascade_saved_slot_reads": s.grouper.saved_tokens if s.grouper is not None else 0,
-            }
-
-        return dict(await self._call(read))
+        return dict(await self._call(lambda s: maintenance.read_stats(s, self._worker)))
 
     # ---- structured output (radixserve/constrained/) -------------------------------------
 
     async def _compile_grammar(self, params: SamplingParams) -> Any:
-        """The compiled grammar of `params` (None if unconstrained), compiled in a thread
-        while this request waits outside the batch; ValueError if it does not compile."""
-        spec = params.grammar if isinstance(params, SamplingParams) else None
-        if spec is None:
+        """The compiled grammar of `params` (None if unconstrained); ValueError if it does not compile."""
+        if not isinstance(params, SamplingParams) or params.grammar is None:
             return None
         self._check_alive()
         if self.tokenizer is None:
-            raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
-        if self._grammars is None:
-            if self._grammar_lock is None:
-                self._grammar_lock = asyncio.Lock()
-            async with self._grammar_lock:
-                if self._grammars is None:
-                    backend = await asyncio.to_thread(self._grammar_backend)
-                    cfg = self.config
-                    self._grammars = GrammarCache(
-                        backend, cfg.grammar_cache_size, cfg.grammar_compile_timeout
-                    )
-        assert self._grammars is not None
-        return await self._grammars.get(spec)
+            raise ValueError(f"{params.grammar.kind}: structured output needs a model with a tokenizer")
+        return await self._grammars.compile(params)
 
     def _grammar_backend(self) -> Any:
-        from radixserve.constrained.xgrammar_backend import XGrammarBackend
-
         assert self.loaded is not None
-        eos = self.loaded.eos_token_ids or self.loaded.config.eos_token_ids
-        return XGrammarBackend(self.loaded.tokenizer, self.loaded.config.vocab_size, eos)
-
-    def _attach_grammar(self, reqs: list[Request], compiled: Any) -> None:
-        if compiled is None:
-            return
-        assert self._grammars is not None
-        for r in reqs:  # one matcher per completion
-            r.grammar = self._grammars.backend.matcher(compiled)
-
-    def _grammar_backend_now(self) -> Any:  # worker thread: set before any matcher exists
-        assert self._grammars is not None
-        return self._grammars.backend
+        return xgrammar_backend(self.loaded)
 
     @property
     def grammar_cache(self) -> GrammarCache | None:
-        return self._grammars
+        return self._grammars.cache
 
     # ---- internals -----------------------------------------------------------------------
 
@@ -490,40 +322,16 @@ class AsyncEngine:
     ) -> list[Request]:
         self._check_alive()
         assert self.loaded is not None
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        ids = tokenize_prompt(self.tokenizer, prompt)
-        if not ids:
-            raise ValueError("the prompt is empty")
-        if len(ids) >= self.context_length:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens; the context is {self.context_length} tokens "
-                "(the prompt plus at least one generated token must fit)"
-            )
-        vocab = self.loaded.config.vocab_size
-        if max(ids) >= vocab or min(ids) < 0:
-            raise ValueError(f"input_ids must be token ids in [0, {vocab})")
-        params.check_vocab(vocab)
-        rid = request_id or uuid.uuid4().hex
-        if not isinstance(rid, str):
-            raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
-        if extra_key is not None and not isinstance(extra_key, str):
-            raise TypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-        if rid in self._owner:
-            raise ValueError(f"request_id {rid!r} is already running")
-        if rid in self._pending:  # an earlier request of this id is still winding down
-            rid = f"{rid}\x00{next(self._keys)}"
-        eos = frozenset(self.loaded.eos_token_ids or self.loaded.config.eos_token_ids)
-        reqs = []
-        for i in range(params.n):
-            # Completions of one seeded request differ from each other but not between runs.
-            p = params if params.n == 1 or params.seed is None else replace(params, seed=params.seed + i, n=1)
-            reqs.append(
-                Request(
-                    rid, i, list(ids), p, eos, self.context_length, extra_key, arrival=next(self._arrival)
-                )
-            )
-        return reqs
+        return make_requests(
+            self.loaded,
+            self.context_length,
+            prompt,
+            params,
+            request_id,
+            extra_key,
+            self._sinks.new_key,
+            self._arrival,
+        )
 
     def _to_loop(self, fn: Any, *args: Any) -> None:  # worker thread
         assert self._loop is not None
@@ -539,43 +347,10 @@ class AsyncEngine:
                 worker.stop()
 
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
-        self._to_loop(self._dispatch, outputs)
-
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:  # event loop
-        for out in outputs:
-            key = out.request_id
-            user = self._alias.get(key) if self._alias else None
-            if user is not None:
-                out = replace(out, request_id=user)
-            q = self._streams.get(key)
-            if q is not None:
-                q.put_nowait(out)
-            if out.finished:
-                self._active -= 1
-                left = self._pending.get(key, 0) - 1
-                if left > 0:
-                    self._pending[key] = left
-                else:
-                    self._pending.pop(key, None)
-                    self._alias.pop(key, None)
-        if self._active <= 0 and self._idle is not None:
-            self._active = 0
-            self._idle.set()
+        self._sinks.post(outputs, self._to_loop)
 
     def _close_sinks(self, err: BaseException) -> None:  # event loop
-        """Every pending request and maintenance call ends with `err`; nobody waits forever."""
-        for q in self._streams.values():
-            q.put_nowait(err)
-        for fut in self._calls:
-            if not fut.done():
-                fut.set_exception(err)
-        self._streams.clear()
-        self._owner.clear()
-        self._pending.clear()
-        self._alias.clear()
-        self._active = 0
-        if self._idle is not None:
-            self._idle.set()
+        self._sinks.close(err)
 
     def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:
@@ -583,22 +358,3 @@ class AsyncEngine:
             self._close_sinks(EngineDeadError(f"the engine's worker failed: {err!r}"))
 
         self._to_loop(fail_all)
-
-
-class _Collector:
-    """The sink of `complete()`: keeps the final output of each completion, resolves once."""
-
-    def __init__(self, n: int, done: asyncio.Future[list[RequestOutput]]) -> None:
-        self.n = n
-        self.done = done
-        self.final: dict[int, RequestOutput] = {}
-
-    def put_nowait(self, item: RequestOutput | BaseException) -> None:
-        if self.done.done():
-            return
-        if isinstance(item, BaseException):
-            self.done.set_exception(item)
-        elif item.finished:
-            self.final[item.index] = item
-            if len(self.final) == self.n:
-                self.done.set_result([self.final[i] for i in sorted(self.final)])

@@ -7,7 +7,7 @@ text incrementally and matches stop strings.
 
 from __future__ import annotations
 
-from radixserve.outputs import RequestOutput, TokenLogprob, Usage
+from radixserve.outputs import RequestOutput, TokenLogprob, new_output, new_usage
 from radixserve.sched.request import Request
 
 
@@ -36,19 +36,19 @@ def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bo
         text = detok.text[: detok.emitted]
     if lp is not None:
         req.logprobs.append(lp)
-    return RequestOutput(
-        request_id=req.rid,
-        index=req.index,
-        delta_text=delta,
-        delta_token_ids=tuple(new),
-        text=text,
-        token_ids=tuple(req.output_ids),
-        finished=final,
-        finish_reason=req.finish_reason if final else None,
-        stop_reason=req.stop_reason if final else None,
-        usage=Usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),
-        logprobs=tuple(req.logprobs),
-        delta_logprobs=(lp,) if lp is not None else (),
-        prompt_logprobs=tuple(req.prompt_logprobs),
-        error=req.error if final else None,
+    return new_output(
+        req.rid,
+        req.index,
+        delta,
+        tuple(new),
+        text,
+        tuple(req.output_ids),
+        final,
+        req.finish_reason if final else None,
+        new_usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),
+        req.stop_reason if final else None,
+        tuple(req.logprobs) if req.logprobs else (),
+        (lp,) if lp is not None else (),
+        tuple(req.prompt_logprobs) if req.prompt_logprobs else (),
+        req.error if final else None,
     )

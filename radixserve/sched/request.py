@@ -26,7 +26,9 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+# eq=False: requests are compared by identity (`req in running`, `running.remove(req)`);
+# the generated __eq__ compared every field, lists included, at each finish.
+@dataclass(eq=False)
 class Request:
     rid: str
     index: int  # which of the caller's n completions

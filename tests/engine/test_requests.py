@@ -296,11 +296,26 @@ async def _with(body: Any) -> None:
 
 
 def test_complete_is_detokenized_at_the_end_with_the_streamed_text(engine: Engine, tokenizer: Any) -> None:
-    """complete() (no listener, no stop string) decodes once at the end: the same text as streaming."""
+    """complete() (no listener, no stop string) decodes once at the end: the same text as streaming.
+
+    The stream is read late: a reader that falls behind gets the unread outputs of each
+    completion merged into one, every token, logprob and character still exactly once, in order."""
     prompt = "Écris une phrase avec des accents et un emoji 🎉 :"
     params = SamplingParams(temperature=0, max_tokens=12, skip_special_tokens=False)
-    done = engine.complete(prompt, params)
-    streamed = list(engine.generate(prompt, params))
-    assert done.token_ids == streamed[-1].token_ids
-    assert done.text == "".join(o.delta_text for o in streamed) == streamed[-1].text
+    slow = SamplingParams(temperature=0, max_tokens=12, skip_special_tokens=False, n=2, logprobs=True)
+
+    async def read_late() -> tuple[Any, list[Any]]:
+        agen = engine.engine.generate(prompt, slow)
+        first = await agen.__anext__()  # submitted; nothing more is read until complete() is done
+        done = await engine.engine.complete(prompt, params)
+        return done, [first, *[o async for o in agen]]
+
+    done, outs = engine.run(read_late())
     assert done.text == tokenizer.decode(list(done.token_ids), skip_special_tokens=False)
+    assert len(outs) <= 3 < 2 * 12  # the first one, then one merged output per completion
+    for i in range(2):
+        mine = [o for o in outs if o.index == i]
+        ids = [t for o in mine for t in o.delta_token_ids]
+        assert mine[-1].finished and ids == list(mine[-1].token_ids) == list(done.token_ids)
+        assert [lp.token_id for o in mine for lp in o.delta_logprobs] == ids
+        assert "".join(o.delta_text for o in mine) == mine[-1].text == done.text

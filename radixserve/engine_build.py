@@ -1,0 +1,95 @@
+"""Build what an `AsyncEngine` runs on: model, KV pool, radix cache, scheduler, runner.
+
+Runs in a thread at `start()` (loading takes seconds); engines build one at a
+time because transformers' lazy imports are not thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.kv_pool import KVPool
+from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.config import EngineConfig
+from radixserve.model.loader import LoadedModel, load_model
+from radixserve.runtime.attention import make_attention_backend
+from radixserve.runtime.kernels import make_kernels, use_kernels
+from radixserve.runtime.runner import ModelRunner
+from radixserve.sched.scheduler import Scheduler
+
+_CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
+_BUILD_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    loaded: LoadedModel
+    pool: KVPool
+    scheduler: Scheduler
+    runner: ModelRunner
+    context_length: int  # the engine's context: the config's, capped by the model's
+
+
+def build_parts(cfg: EngineConfig) -> EngineParts:
+    with _BUILD_LOCK:
+        return _build(cfg)
+
+
+def _build(cfg: EngineConfig) -> EngineParts:
+    device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
+    use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
+    mc = loaded.config
+    context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
+    pool_cfg = mc.kv_pool_config(dtype, device)
+    num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length)
+    # One slot more than the allocator hands out: the scratch slot that padded
+    # CUDA-graph rows write to.
+    pool = KVPool(pool_cfg, num_slots + 1)
+    attn = make_attention_backend(
+        cfg.attention_backend, pool, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.attn_scale
+    )
+    allocator = SlotAllocator(num_slots)
+    cache = RadixCache(allocator, page_size=cfg.page_size)
+    table = ReqToSlotTable(cfg.max_running_requests, context_length + 1, device=device)
+    sched_cfg = cfg.scheduler_config()
+    if not attn.supports_cascade:  # its kernels would ignore the groups: don't form them
+        sched_cfg = replace(sched_cfg, cascade_min_shared=0)
+    elif sched_cfg.cascade_min_shared:
+        attn.prepare_cascade()  # kernels built at start, not in the first cascade step
+    scheduler = Scheduler(sched_cfg, allocator, cache, table, loaded.tokenizer)
+    runner = ModelRunner(
+        loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device, slot_table=table.device_table
+    )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
+    if cfg.cuda_graph and device.type == "cuda":
+        max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
+        runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
+    return EngineParts(loaded, pool, scheduler, runner, context_length)
+
+
+def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: Any, context_length: int) -> int:
+    """KV slots to allocate: as configured, else a fraction of free GPU memory, else a CPU budget."""
+    if cfg.kv_cache_tokens is not None:
+        return cfg.kv_cache_tokens
+    if cfg.kv_cache_bytes is not None:
+        return max(1, cfg.kv_cache_bytes // bytes_per_slot)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        # Room for activations, logits and graphs stays outside the fraction.
+        slots = int(free * cfg.mem_fraction) // bytes_per_slot - 1
+        if slots < context_length:
+            raise RuntimeError(
+                f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model: "
+                f"{max(slots, 0)} KV slots, fewer than one full context ({context_length}); "
+                "free memory, raise mem_fraction or lower context_length"
+            )
+        return slots
+    return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * context_length))
