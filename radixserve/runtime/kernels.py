@@ -68,7 +68,13 @@ class FlashInferKernels(TorchKernels):
         self._fi = flashinfer
         self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
 
+    # FlashInfer's kernels reject an empty launch grid ("invalid argument"); a step whose
+    # prefill chunk ends mid-prompt asks for logits of no row, so the final norm gets 0
+    # rows: every op falls back to the reference on empty input.
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if not x.numel():
+            return super().rms_norm(x, weight, eps)
         if x.dim() != 2:  # q/k norms over heads: the kernel takes rows
             return self._fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), weight, eps, enable_pdl=False).view(
                 x.shape
@@ -78,6 +84,8 @@ class FlashInferKernels(TorchKernels):
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not x.numel():
+            return super().add_rms_norm(x, residual, weight, eps)
         # In place: residual += x, then x = norm(residual). Both are this step's temporaries.
         self._fi.norm.fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=False)
         return x, residual
@@ -85,6 +93,8 @@ class FlashInferKernels(TorchKernels):
     def rope(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not q.numel():
+            return super().rope(positions, q, k, cos, sin)
         table = self._cos_sin.get(id(cos))
         if table is None:  # built once per model, outside any graph capture (warm-up runs first)
             table = self._cos_sin[id(cos)] = torch.cat((cos, sin), dim=-1).contiguous()
@@ -95,6 +105,8 @@ class FlashInferKernels(TorchKernels):
         return q, k
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if not gate_up.numel():
+            return super().silu_and_mul(gate_up)
         return self._fi.activation.silu_and_mul(gate_up, enable_pdl=False)
 
 

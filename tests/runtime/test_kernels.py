@@ -62,6 +62,11 @@ def test_flashinfer_kernels_match_the_reference() -> None:
     got_q, got_k = fk.rope(pos, q, k, cos, sin)
     _close(got_q, want_q)
     _close(got_k, want_k)
+    # No rows (a prefill chunk that ends mid-prompt samples nothing): empty results, no launch.
+    assert fk.rms_norm(x[:0], w, 1e-6).shape == (0, hidden)
+    assert fk.add_rms_norm(x[:0], res[:0], w, 1e-6)[0].shape == (0, hidden)
+    assert fk.silu_and_mul(gu[:0]).shape == (0, 4864)
+    assert fk.rope(pos[:0], q[:0], k[:0], cos, sin)[0].shape == (0, hq, d)
 
 
 def test_plan_max_shadow_gives_builtin_results() -> None:
