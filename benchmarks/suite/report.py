@@ -37,6 +37,8 @@ class Recorder:
             },
             "quick": quick,
         }
+        if "env_commit" in prov:  # a copied tree's stale .git: what the caller says ran
+            self.head["env_commit"] = prov["env_commit"]
         self.out_files = out_files
         for f in out_files:
             f.parent.mkdir(parents=True, exist_ok=True)
