@@ -72,7 +72,7 @@ def test_flashinfer_kernels_match_the_reference() -> None:
 def test_plan_max_shadow_gives_builtin_results() -> None:
     import types
 
-    from radixserve.runtime.attention.flashinfer_fast_plan import speed_up_plans
+    from radixserve.runtime.attention.flashinfer_plan_max import speed_up_plans
 
     fake = types.SimpleNamespace(prefill=types.ModuleType("prefill"), decode=types.ModuleType("decode"))
     speed_up_plans(fake)

@@ -57,7 +57,7 @@ import torch
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention.base import AttentionBackend
-from radixserve.runtime.attention.flashinfer_fast_plan import FastGraphDecodePlan, speed_up_plans
+from radixserve.runtime.attention.flashinfer_plan_max import speed_up_plans
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -117,9 +117,6 @@ class FlashInferDecodeGraphState:
     kv_indptr: torch.Tensor  # [bs + 1] int32, device
     kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
     last_page_len: torch.Tensor  # [bs] int32, device
-    # Set after the first (official) plan where the wrapper allows it: later steps re-plan
-    # without FlashInfer's per-call Python (flashinfer_fast_plan.py).
-    fast: FastGraphDecodePlan | None = None
 
 
 def _host_indptr(lengths: list[int]) -> torch.Tensor:
@@ -356,14 +353,4 @@ class FlashInferAttention(AttentionBackend):
                 f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
             )
         self._shared_active = None
-        if state.fast is not None:
-            state.slot.guard.before_plan()
-            state.fast.plan(batch.seq_lens, batch.kv_indices)
-            state.slot.guard.after_plan()
-            self._active = state.slot.wrapper
-            return
         self._plan_decode(state.slot, batch)
-        if FastGraphDecodePlan.supported(state.slot.wrapper):
-            state.fast = FastGraphDecodePlan(
-                state.slot.wrapper, state.batch_size, self.num_heads, self.num_kv_heads, self.head_dim
-            )
