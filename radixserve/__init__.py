@@ -18,8 +18,8 @@ _EXPORTS = {
     "AnyioEngine": "radixserve.anyio_engine",
     "AsyncEngine": "radixserve.engine",
     "Engine": "radixserve.blocking",
-    "EngineDeadError": "radixserve.engine",
-    "EngineClosedError": "radixserve.engine",
+    "EngineDeadError": "radixserve.errors",
+    "EngineClosedError": "radixserve.errors",
     "EngineConfig": "radixserve.config",
     "RequestOutput": "radixserve.outputs",
     "TokenLogprob": "radixserve.outputs",
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from radixserve.anyio_engine import AnyioEngine
     from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
-    from radixserve.engine import AsyncEngine, EngineClosedError, EngineDeadError
+    from radixserve.engine import AsyncEngine
+    from radixserve.errors import EngineClosedError, EngineDeadError
     from radixserve.outputs import RequestOutput, TokenLogprob, Usage
     from radixserve.sampling_params import SamplingParams
 

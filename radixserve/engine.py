@@ -30,6 +30,7 @@ from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
 from radixserve.engine_build import build_parts
+from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt
@@ -40,14 +41,6 @@ from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
 from radixserve.sinks import Collector, Sink, Sinks, Stream
 from radixserve.submission import complete_many, make_requests
-
-
-class EngineDeadError(RuntimeError):
-    """The worker thread failed (or its event loop closed); the engine takes no more requests."""
-
-
-class EngineClosedError(EngineDeadError):
-    """The engine was shut down (`shutdown(drain=False)`, `Engine.close()`) before the request ended."""
 
 
 class AsyncEngine:
@@ -65,7 +58,7 @@ class AsyncEngine:
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
         self.context_length = 0
-        self._grammars = GrammarCompiler(self.config, self._grammar_backend)
+        self._grammars = GrammarCompiler(self.config, lambda: xgrammar_backend(self.loaded))
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -73,7 +66,7 @@ class AsyncEngine:
         """Load the model and start the worker; concurrent calls share one start."""
         loop = asyncio.get_running_loop()
         if self._loop is not None and loop is not self._loop and (self._worker or self._start_task):
-            raise self._wrong_loop()
+            raise RuntimeError(WRONG_LOOP)
         if self._worker is not None and self._start_task is None:
             return self
         if self._start_task is None:
@@ -128,7 +121,7 @@ class AsyncEngine:
         if asyncio.get_running_loop() is not self._loop:
             assert self._loop is not None
             if not self._loop.is_closed():
-                raise self._wrong_loop()
+                raise RuntimeError(WRONG_LOOP)
             drain = False  # its loop is gone, and with it everyone who could wait for a result
         elif drain and self._error is None:
             assert self._sinks.idle is not None
@@ -136,7 +129,7 @@ class AsyncEngine:
         worker, self._worker = self._worker, None
         await asyncio.to_thread(worker.stop)
         if self._loop is not None and not self._loop.is_closed():
-            self._close_sinks(EngineClosedError("the engine was shut down before this request finished"))
+            self._sinks.close(EngineClosedError("the engine was shut down before this request finished"))
         # Drop the model, pool and graphs so their device memory can be reused.
         self.loaded = self.scheduler = self.pool = None
 
@@ -280,16 +273,12 @@ class AsyncEngine:
 
     async def _compile_grammar(self, params: SamplingParams) -> Any:
         """The compiled grammar of `params` (None if unconstrained); ValueError if it does not compile."""
-        if not isinstance(params, SamplingParams) or params.grammar is None:
-            return None
-        self._check_alive()
-        if self.tokenizer is None:
-            raise ValueError(f"{params.grammar.kind}: structured output needs a model with a tokenizer")
+        spec = params.grammar if isinstance(params, SamplingParams) else None
+        if spec is not None:
+            self._check_alive()
+            if self.tokenizer is None:
+                raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
         return await self._grammars.compile(params)
-
-    def _grammar_backend(self) -> Any:
-        assert self.loaded is not None
-        return xgrammar_backend(self.loaded)
 
     @property
     def grammar_cache(self) -> GrammarCache | None:
@@ -297,16 +286,9 @@ class AsyncEngine:
 
     # ---- internals -----------------------------------------------------------------------
 
-    def _wrong_loop(self) -> RuntimeError:
-        return RuntimeError(
-            "this AsyncEngine belongs to the event loop it was started in (engine.loop), and this call "
-            "runs in another one; use the blocking radixserve.Engine from other threads, or submit the "
-            "coroutine to the engine's loop: asyncio.run_coroutine_threadsafe(coro, engine.loop)"
-        )
-
     def _check_loop(self) -> None:
         if self._loop is not None and asyncio.get_running_loop() is not self._loop:
-            raise self._wrong_loop()
+            raise RuntimeError(WRONG_LOOP)
 
     def _check_alive(self) -> None:
         self._check_loop()
@@ -349,12 +331,9 @@ class AsyncEngine:
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
         self._sinks.post(outputs, self._to_loop)
 
-    def _close_sinks(self, err: BaseException) -> None:  # event loop
-        self._sinks.close(err)
-
     def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:
             self._error = err
-            self._close_sinks(EngineDeadError(f"the engine's worker failed: {err!r}"))
+            self._sinks.close(EngineDeadError(f"the engine's worker failed: {err!r}"))
 
         self._to_loop(fail_all)

@@ -82,29 +82,18 @@ class RadixCache:
         self._clock = 0
         self.root = self._new_node((), self._empty, None, None)
         self._leaves = LeafHeap()  # evictable leaves, least recently used first
-        self._evictable = 0
-        self._protected = 0
-        self._num_nodes = 0  # excluding the root
+        # Read-only outside the tree (check_integrity recounts them).
+        self.evictable_size = 0  # tokens on no locked path
+        self.protected_size = 0  # tokens on some locked path
+        self.num_nodes = 0  # excluding the root
         self._queried = 0
         self._hits = 0
 
     # ---- sizes and statistics -------------------------------------------------------------
 
     @property
-    def evictable_size(self) -> int:
-        return self._evictable
-
-    @property
-    def protected_size(self) -> int:
-        return self._protected
-
-    @property
     def total_size(self) -> int:
-        return self._evictable + self._protected
-
-    @property
-    def num_nodes(self) -> int:
-        return self._num_nodes
+        return self.evictable_size + self.protected_size
 
     @property
     def stats(self) -> CacheStats:
@@ -178,8 +167,8 @@ class RadixCache:
             new_slots = slots[pos:end].to(device=self.allocator.device, dtype=torch.int64, copy=True)
             leaf = self._new_node(key[pos:end], new_slots, node, self._child_key(node, key, pos, extra_key))
             node.children[leaf.child_key] = leaf
-            self._num_nodes += 1
-            self._evictable += end - pos
+            self.num_nodes += 1
+            self.evictable_size += end - pos
             node = leaf
         self._refresh_leaf(node)
         return cached
@@ -197,8 +186,8 @@ class RadixCache:
             raise ValueError(f"cannot lock {node}: it was evicted")
         while node is not self.root:
             if node.lock_ref == 0:
-                self._evictable -= len(node.key)
-                self._protected += len(node.key)
+                self.evictable_size -= len(node.key)
+                self.protected_size += len(node.key)
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
 
@@ -214,8 +203,8 @@ class RadixCache:
         while node is not self.root:
             node.lock_ref -= 1
             if node.lock_ref == 0:
-                self._protected -= len(node.key)
-                self._evictable += len(node.key)
+                self.protected_size -= len(node.key)
+                self.evictable_size += len(node.key)
                 if not node.children:
                     self._push(node)
             node = node.parent  # type: ignore[assignment]
@@ -238,8 +227,8 @@ class RadixCache:
             assert parent is not None
             del parent.children[node.child_key]
             node.parent = None
-            self._num_nodes -= 1
-            self._evictable -= len(node.key)
+            self.num_nodes -= 1
+            self.evictable_size -= len(node.key)
             freed += len(node.key)
             out.append(node.slots)
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
@@ -257,15 +246,15 @@ class RadixCache:
         """
         short = n - self.allocator.num_free
         if short > 0:
-            if short > self._evictable:
+            if short > self.evictable_size:
                 return None
             self.evict(short)
         return self.allocator.alloc(n)
 
     def reset(self) -> None:
         """Drop the whole tree, freeing all its slots; nothing may be locked."""
-        if self._protected:
-            raise RuntimeError(f"reset with {self._protected} tokens on locked paths")
+        if self.protected_size:
+            raise RuntimeError(f"reset with {self.protected_size} tokens on locked paths")
         parts: list[torch.Tensor] = []
         stack = list(self.root.children.values())
         while stack:
@@ -277,8 +266,8 @@ class RadixCache:
             self.allocator.free(torch.cat(parts))
         self.root.children = {}
         self._leaves.clear()
-        self._evictable = 0
-        self._num_nodes = 0
+        self.evictable_size = 0
+        self.num_nodes = 0
 
     # ---- integrity ------------------------------------------------------------------------
 
@@ -343,7 +332,7 @@ class RadixCache:
         node.parent = upper
         node.child_key = self._child_key(upper, node.key, 0, None)
         upper.children[node.child_key] = node
-        self._num_nodes += 1
+        self.num_nodes += 1
         return upper
 
     def _refresh_leaf(self, node: TreeNode) -> None:
@@ -353,11 +342,11 @@ class RadixCache:
 
     def _push(self, node: TreeNode) -> None:
         self._leaves.push(node)
-        if len(self._leaves) > 2 * self._num_nodes + 1024:  # amortised: only when mostly stale
+        if len(self._leaves) > 2 * self.num_nodes + 1024:  # amortised: only when mostly stale
             self._leaves.rebuild(self.root)
 
     def __repr__(self) -> str:
         return (
-            f"RadixCache(page_size={self.page_size}, nodes={self._num_nodes}, "
-            f"evictable={self._evictable}, protected={self._protected})"
+            f"RadixCache(page_size={self.page_size}, nodes={self.num_nodes}, "
+            f"evictable={self.evictable_size}, protected={self.protected_size})"
         )

@@ -52,8 +52,10 @@ class GrammarCompiler:
         return self.cache.backend
 
 
-def xgrammar_backend(loaded: LoadedModel) -> Any:
-    """The backend of a loaded model (imports xgrammar)."""
+def xgrammar_backend(loaded: LoadedModel | None) -> Any:
+    """The backend of a loaded model (imports xgrammar); called after the engine started."""
+    if loaded is None:
+        raise RuntimeError("structured output needs a started engine")
     from radixserve.constrained.xgrammar_backend import XGrammarBackend
 
     eos = loaded.eos_token_ids or loaded.config.eos_token_ids

@@ -458,10 +458,10 @@ def test_check_integrity_catches_bad_counters_and_locks() -> None:
     put(alloc, cache, [1, 2, 3])
     cache.match_prefix([1])
     cache.check_integrity()
-    cache._evictable += 1
+    cache.evictable_size += 1
     with pytest.raises(AssertionError, match="counters"):
         cache.check_integrity()
-    cache._evictable -= 1
+    cache.evictable_size -= 1
     child = cache.match_prefix([1, 2, 3]).last_node
     child.lock_ref = 1  # locked without its parent
     with pytest.raises(AssertionError, match="lock count"):
