@@ -105,6 +105,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="cProfile the worker in W1 and at the host table's largest batch",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an EngineConfig field for every engine, e.g. decode_kernel=flashinfer (recorded)",
+    )
     ap.add_argument("--name", default="", help="file stem (default: h200 / gpu / suite_cpu, + _quick)")
     ap.add_argument("--w4-rates", default="", help="fixed W4 rates besides saturation, e.g. 4 (~70 s each)")
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
@@ -116,9 +123,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def parse_override(text: str) -> tuple[str, Any]:
+    """ "field=value" with the value read as a Python literal where it is one (8192, False)."""
+    import ast
+
+    field, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--set {text!r}: expected FIELD=VALUE")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return field, value
+
+
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
     target = make_target(args.device)
+    if args.set:
+        target = replace(target, overrides=tuple(parse_override(kv) for kv in args.set))
     if target.device == "cpu" and args.quick:
         torch.set_num_threads(1)  # tiny ops: OpenMP fork/join on a shared CPU costs more than it gives
     sizes = Sizes.quick() if args.quick else Sizes.full()
@@ -135,6 +157,8 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out) / f"{args.name or stem}.jsonl"
     rec = Recorder([out], target.device, target.dtype, args.quick)
     head = rec.head
+    if target.overrides:
+        head["engine_overrides"] = dict(target.overrides)
     print(f"suite: {target}, commit {head['commit']} ({head['commit_source']}, dirty={head['dirty']})")
     ctx = Ctx(target, rec, sizes, profile=args.profile)
     t_all = time.perf_counter()

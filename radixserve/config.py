@@ -39,6 +39,10 @@ class EngineConfig:
     enable_radix_cache: bool = True
     context_length: int | None = None  # default: the model's max positions
     attention_backend: str = "auto"  # "auto", "flashinfer", "triton", "torch"
+    # Decode steps of the FlashInfer backend: "auto" runs our Triton split-K kernel when triton
+    # is installed (1.1-1.5x faster per layer on the H200, no per-step host plan; BENCHMARKS.md),
+    # "flashinfer" FlashInfer's decode wrapper. Prefill and extend steps are FlashInfer's either way.
+    decode_kernel: str = "auto"
     cuda_graph: bool = True
     # Norm, rotary and SiLU-and-mul: "auto" takes FlashInfer's fused kernels on CUDA in
     # float16/bfloat16 (fewer, larger kernels per layer), else the torch reference
@@ -78,6 +82,10 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.attention_backend={self.attention_backend!r}: "
                 "use auto, flashinfer, triton or torch"
+            )
+        if self.decode_kernel not in ("auto", "triton", "flashinfer"):
+            raise ValueError(
+                f"EngineConfig.decode_kernel={self.decode_kernel!r}: use auto, triton or flashinfer"
             )
         if self.layer_kernels not in ("auto", "flashinfer", "torch"):
             raise ValueError(

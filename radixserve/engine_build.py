@@ -53,7 +53,13 @@ def _build(cfg: EngineConfig) -> EngineParts:
     # CUDA-graph rows write to.
     pool = KVPool(pool_cfg, num_slots + 1)
     attn = make_attention_backend(
-        cfg.attention_backend, pool, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.attn_scale
+        cfg.attention_backend,
+        pool,
+        mc.num_heads,
+        mc.num_kv_heads,
+        mc.head_dim,
+        mc.attn_scale,
+        decode_kernel=cfg.decode_kernel,
     )
     allocator = SlotAllocator(num_slots)
     cache = RadixCache(allocator, page_size=cfg.page_size)

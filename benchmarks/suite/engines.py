@@ -33,6 +33,8 @@ class Target:
     small: str  # model spec of the small model (host-bound on a GPU)
     large: str  # model spec of the large model (device-bound on a GPU)
     kv_cache_tokens: int | None = None  # None: from free GPU memory
+    # EngineConfig fields set for every engine of the run (gpu_suite.py --set), to compare settings.
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def name(self, spec: str) -> str:
         """The model's name in records: the shape without "dummy:", or the folder's name."""
@@ -43,6 +45,7 @@ class Target:
         base["load_format"] = load_format(spec)
         if self.kv_cache_tokens is not None:
             base["kv_cache_tokens"] = self.kv_cache_tokens
+        base.update(self.overrides)
         base.update(kw)
         return EngineConfig(**base)
 

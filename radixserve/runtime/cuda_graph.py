@@ -54,6 +54,7 @@ class DecodeGraphs:
         self.positions = torch.zeros(n, dtype=torch.int64, device=device)
         self.out_slots = torch.full((n,), scratch_slot, dtype=torch.int64, device=device)
         self.qo_indptr = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.pad_steps = self.qo_indptr[1:]  # 1, 2, ...: a padding row's one context slot each
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.states: dict[int, Any] = {}
@@ -110,16 +111,17 @@ class DecodeGraphs:
             self.positions[b:bs].zero_()
             self.out_slots[b:bs].fill_(self.scratch)
         pad = bs - b
-        kv_indices = fb.kv_indices
+        kv_indices, kv_indptr = fb.kv_indices, fb.kv_indptr
         if pad:
             fill = torch.full((pad,), self.scratch, dtype=kv_indices.dtype, device=self.device)
             kv_indices = torch.cat([kv_indices, fill])
+            kv_indptr = torch.cat([kv_indptr, kv_indptr[-1:] + self.pad_steps[:pad]])
         plan_batch = ForwardBatch(
             input_ids=self.input_ids[:bs],
             positions=self.positions[:bs],
             out_slots=self.out_slots[:bs],
             qo_indptr=self.qo_indptr[: bs + 1],
-            kv_indptr=fb.kv_indptr,  # host lists drive the plan; device indptr unused here
+            kv_indptr=kv_indptr,  # FlashInfer plans from the host lengths, Triton reads this
             kv_indices=kv_indices,
             extend_lens=[1] * bs,
             prefix_lens=[*fb.prefix_lens, *([0] * pad)],

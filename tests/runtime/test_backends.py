@@ -149,14 +149,22 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("backend_name", ["triton", "flashinfer"])
+@pytest.mark.parametrize("backend_name", ["triton", "flashinfer", "flashinfer/flashinfer-decode"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c.name for c in GPU_CASES])
 def test_gpu_backend_matches_torch(backend_name: str, case: Case) -> None:
-    pytest.importorskip(backend_name)
+    """`flashinfer` decodes with the Triton kernel (its default); `/flashinfer-decode` with FlashInfer's."""
+    name, _, decode = backend_name.partition("/")
+    pytest.importorskip(name)
     pool, batch = make_pool_and_batch(case, "cuda", num_slots=8192)
     ref_pool = clone_pool(pool)
     backend = make_attention_backend(
-        backend_name, pool, case.num_heads, case.num_kv_heads, case.head_dim, case.head_dim**-0.5
+        name,
+        pool,
+        case.num_heads,
+        case.num_kv_heads,
+        case.head_dim,
+        case.head_dim**-0.5,
+        decode_kernel="flashinfer" if decode else "auto",
     )
     got = compare(case, backend, ref_pool, batch)
     assert got["out"] < BF16_TOL, got
@@ -180,7 +188,8 @@ def test_triton_gpu_float32_decode_and_extend() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-def test_flashinfer_cuda_graph_decode_replays_new_batches() -> None:
+@pytest.mark.parametrize("decode_kernel", ["triton", "flashinfer"])
+def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) -> None:
     """Capture decode once, then replay it for batches with other contexts:
     plan outside the graph, run inside, outputs match the reference."""
     pytest.importorskip("flashinfer")
@@ -192,7 +201,7 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches() -> None:
     for layer in range(layers):
         pool.k[layer].normal_()
         pool.v[layer].normal_()
-    backend = FlashInferAttention(pool, heads, kv_heads, dim, dim**-0.5)
+    backend = FlashInferAttention(pool, heads, kv_heads, dim, dim**-0.5, decode_kernel=decode_kernel)
     state = backend.make_cuda_graph_decode_state(bs, max_kv_tokens=bs * 2048)
     static_q = torch.randn(bs, heads, dim, device="cuda", dtype=torch.bfloat16)
     static_kv = torch.randn(2, bs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)

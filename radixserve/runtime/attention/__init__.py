@@ -36,13 +36,20 @@ def _check_triton(pool: KVPool) -> None:
 
 
 def make_attention_backend(
-    name: str, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float
+    name: str,
+    pool: KVPool,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    scale: float,
+    decode_kernel: str = "auto",
 ) -> AttentionBackend:
     """Build the attention backend `name` for `pool`.
 
     "auto" takes FlashInfer when it imports and the pool is a float16/bfloat16
     pool on CUDA, else Triton on a GPU, else the torch reference. Asking for a
-    backend that cannot run here raises with the reason.
+    backend that cannot run here raises with the reason. `decode_kernel` picks the
+    FlashInfer backend's decode kernel (see `FlashInferAttention`).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -68,4 +75,4 @@ def make_attention_backend(
         import_flashinfer()
     except ImportError as e:
         raise RuntimeError(str(e)) from e
-    return FlashInferAttention(*args)
+    return FlashInferAttention(*args, decode_kernel=decode_kernel)
