@@ -52,8 +52,6 @@ Written against the `plan` / `run` API shared by flashinfer 0.3.x and 0.7.x
 from __future__ import annotations
 
 import importlib.util
-import itertools
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -61,6 +59,14 @@ import torch
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.flashinfer_plan_max import speed_up_plans
+from radixserve.runtime.attention.flashinfer_plans import (
+    FlashInferDecodeGraphState,
+    PlanSlot,
+    host_indptr,
+    import_flashinfer,
+    pinned_ones,
+)
+from radixserve.runtime.attention.kv_store_select import pool_writer
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -68,69 +74,6 @@ from radixserve.runtime.forward_batch import ForwardBatch
 WORKSPACE_BYTES = 128 << 20
 TENSOR_CORE_MIN_GROUP = 4
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-
-
-def import_flashinfer() -> Any:
-    """The flashinfer module, or an ImportError that says how to get it."""
-    try:
-        import flashinfer
-    except ImportError as e:
-        raise ImportError(
-            "the flashinfer attention backend needs the flashinfer-python package "
-            "(pip install 'flashinfer-python>=0.3.1'; offline GPU machines: scripts/build_gpu_wheels.sh)"
-        ) from e
-    return flashinfer
-
-
-class _PlanGuard:
-    """Waits until a wrapper's previous plan has left its pinned host buffer.
-
-    FlashInfer's plan writes the schedule into a pinned host buffer and queues
-    an async copy to the device without waiting. A second plan of the same
-    wrapper before that copy ran would overwrite the first schedule; the event
-    makes that impossible. Wrappers alternate between steps, so by the time a
-    wrapper is planned again its copy is long done and the wait is free.
-    """
-
-    def __init__(self) -> None:
-        self._event: torch.cuda.Event | None = None
-
-    def before_plan(self) -> None:
-        if self._event is not None:
-            self._event.synchronize()
-
-    def after_plan(self) -> None:
-        if self._event is None:
-            self._event = torch.cuda.Event()
-        self._event.record()
-
-
-@dataclass
-class _Slot:
-    wrapper: Any
-    guard: _PlanGuard = field(default_factory=_PlanGuard)
-
-
-@dataclass
-class FlashInferDecodeGraphState:
-    """A decode wrapper with fixed-size page-table buffers for one batch size."""
-
-    batch_size: int
-    max_kv_tokens: int
-    slot: _Slot
-    kv_indptr: torch.Tensor  # [bs + 1] int32, device
-    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
-    last_page_len: torch.Tensor  # [bs] int32, device
-
-
-def _host_indptr(lengths: list[int]) -> torch.Tensor:
-    # Pinned: FlashInfer copies plan inputs to the device with non_blocking=True,
-    # which from pageable memory would wait for the whole stream (a hidden sync).
-    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32).pin_memory()
-
-
-def _ones(n: int) -> torch.Tensor:
-    return torch.ones(n, dtype=torch.int32).pin_memory()
 
 
 class FlashInferAttention(AttentionBackend):
@@ -182,15 +125,16 @@ class FlashInferAttention(AttentionBackend):
         self.decode_kernel = decode_kernel
         # Plain decode steps (cascade steps keep FlashInfer's wrappers for their levels).
         self._triton_decode = TritonDecode(num_kv_heads, scale, device) if decode_kernel == "triton" else None
+        self._store_kv = pool_writer(pool)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
-        # Two wrappers of each kind, alternated per step (see _PlanGuard).
+        # Two wrappers of each kind, alternated per step (see PlanGuard).
         self._prefill = [
-            _Slot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
+            PlanSlot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
             for _ in range(2)
         ]
         self._decode = [
-            _Slot(
+            PlanSlot(
                 fi.BatchDecodeWithPagedKVCacheWrapper(
                     self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores
                 )
@@ -199,7 +143,7 @@ class FlashInferAttention(AttentionBackend):
         ]
         # Level 0 of cascade steps: the groups' queries against their shared prefixes.
         self._shared = [
-            _Slot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
+            PlanSlot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
             for _ in range(2)
         ]
         self._turn = {"prefill": 0, "decode": 0, "shared": 0}
@@ -213,21 +157,21 @@ class FlashInferAttention(AttentionBackend):
             for k, v in zip(pool.k, pool.v, strict=True)
         ]
 
-    def _next(self, kind: str) -> _Slot:
+    def _next(self, kind: str) -> PlanSlot:
         slots = {"prefill": self._prefill, "decode": self._decode, "shared": self._shared}[kind]
         i = self._turn[kind]
         self._turn[kind] = i ^ 1
         return slots[i]
 
-    def _plan_decode(self, slot: _Slot, batch: ForwardBatch) -> None:
+    def _plan_decode(self, slot: PlanSlot, batch: ForwardBatch) -> None:
         self._plan_paged_decode(slot, batch.seq_lens, batch.kv_indices)
 
-    def _plan_paged_decode(self, slot: _Slot, lens: list[int], indices: torch.Tensor) -> None:
+    def _plan_paged_decode(self, slot: PlanSlot, lens: list[int], indices: torch.Tensor) -> None:
         slot.guard.before_plan()
         slot.wrapper.plan(
-            _host_indptr(lens),
+            host_indptr(lens),
             indices,
-            _ones(len(lens)),
+            pinned_ones(len(lens)),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
@@ -263,10 +207,10 @@ class FlashInferAttention(AttentionBackend):
         """Plan a prefill wrapper: request i has qo_lens[i] queries over kv_lens[i] slots."""
         slot.guard.before_plan()
         slot.wrapper.plan(
-            _host_indptr(qo_lens),
-            _host_indptr(kv_lens),
+            host_indptr(qo_lens),
+            host_indptr(kv_lens),
             indices,
-            _ones(len(kv_lens)),
+            pinned_ones(len(kv_lens)),
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
@@ -302,7 +246,7 @@ class FlashInferAttention(AttentionBackend):
     ) -> torch.Tensor:
         if self._active is None:
             raise RuntimeError("FlashInferAttention.forward before plan()")
-        self.pool.write(layer, batch.out_slots, k, v)
+        self._store_kv(self.pool, layer, batch.out_slots, k, v)
         # Rows may be strided (q is a view of the fused qkv output): the kernels take a row
         # and a head stride, so only the element must be dense.
         qc = q.to(self.dtype)
@@ -360,7 +304,7 @@ class FlashInferAttention(AttentionBackend):
             paged_kv_indices_buffer=indices,
             paged_kv_last_page_len_buffer=last,
         )
-        return FlashInferDecodeGraphState(batch_size, max_kv_tokens, _Slot(wrapper), indptr, indices, last)
+        return FlashInferDecodeGraphState(batch_size, max_kv_tokens, PlanSlot(wrapper), indptr, indices, last)
 
     def plan_cuda_graph(
         self, state: FlashInferDecodeGraphState | TritonDecodeGraphState, batch: ForwardBatch

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.attention import kv_store
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend
@@ -80,7 +81,7 @@ class TritonAttention(AttentionBackend):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
     ) -> torch.Tensor:
-        self.pool.write(layer, batch.out_slots, k, v)
+        kv_store.store_kv(self.pool, layer, batch.out_slots, k, v)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type.
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)

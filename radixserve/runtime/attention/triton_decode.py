@@ -16,6 +16,7 @@ inputs are copied into, and the split count is fixed per captured batch size.
 `TritonDecode.run(q, cache)` has the call shape of a FlashInfer wrapper's
 `run` (`cache` = the page-size-1 `(k, v)` views), so the backend treats a
 planned `TritonDecode` or `TritonDecodeGraphState` as its active "wrapper".
+Importing this module does not import triton; the first run does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.forward_batch import ForwardBatch
 
 # Split-K: enough programs (batch x KV heads x splits) to fill the GPU about
@@ -115,6 +115,8 @@ def _run(
     scale: float,
     splits: int,
 ) -> torch.Tensor:
+    from radixserve.runtime.attention import triton_kernels as tk  # imports triton: only when used
+
     k, v = cache  # page-size-1 views [slots, 1, Hkv, D]: the kernel wants [slots, Hkv, D]
     k, v = k.view(k.shape[0], k.shape[2], k.shape[3]), v.view(v.shape[0], v.shape[2], v.shape[3])
     return tk.decode_attention(q, k, v, kv_indptr, kv_indices, scale, splits, _BLOCK_N, _NUM_WARPS)
