@@ -20,6 +20,7 @@ from radixserve.cache.kv_pool import KVPool, KVPoolConfig
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.torch_backend import TorchAttention
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
@@ -54,6 +55,41 @@ CPU_CASES = [
     Case("mixed_fp16_d64", 8, 2, 64, (9, 0), (12, 1), dtype=torch.float16),
     Case("decode_fp16_split2", 8, 2, 64, (40, 3), (1, 1), dtype=torch.float16, decode_splits=2),
 ]
+
+
+def shared_batch(
+    groups: list[tuple[list[int], int]], suffix: list[int], device: str = "cpu"
+) -> tuple[ForwardBatch, int]:
+    """A decode batch whose grouped rows start with the same (scattered) slots.
+
+    `groups`: (rows, shared prefix length); `suffix[i]`: row i's own slots, the
+    token being decoded included. Returns the batch and the slots it needs."""
+    b = len(suffix)
+    need = sum(p for _, p in groups) + sum(suffix)
+    perm = torch.randperm(need + 7)
+    take = iter(perm.tolist())
+    ctx: list[list[int]] = [[] for _ in range(b)]
+    for rows, p in groups:
+        shared = [next(take) for _ in range(p)]
+        for r in rows:
+            ctx[r] = list(shared)
+    for r in range(b):
+        ctx[r] += [next(take) for _ in range(suffix[r])]
+    slots = [torch.tensor(c) for c in ctx]
+    seq = [len(c) for c in ctx]
+    fb = ForwardBatch.build(torch.zeros(b, dtype=torch.int64), [1] * b, [n - 1 for n in seq], slots, device)
+    fb.cascade = CascadeGroups(tuple(tuple(g) for g, _ in groups), tuple(p for _, p in groups))
+    return fb, need + 7
+
+
+CASCADE_CASES = {
+    # groups (rows, prefix), per-row own slots, heads (q, kv), head dim
+    "two_groups_and_singletons": ([([0, 1, 2], 37), ([4, 5], 20)], [1, 5, 9, 13, 2, 1, 30], (8, 2), 64),
+    "interleaved_rows": ([([0, 2, 5], 50), ([1, 4], 3)], [4, 1, 7, 40, 2, 1], (4, 4), 32),
+    "one_group_all_rows": ([([0, 1, 2, 3], 64)], [1, 2, 3, 4], (6, 2), 16),
+    # Long enough for several prefix splits (at least 128 keys each) when the GPU is large.
+    "long_prefix": ([([0, 1, 3], 300)], [1, 3, 2, 5], (8, 2), 64),
+}
 
 
 def make_pool_and_batch(case: Case, device: str, num_slots: int | None = None) -> tuple[KVPool, ForwardBatch]:
@@ -139,7 +175,30 @@ def run_triton_cpu_cases() -> dict[str, dict[str, float]]:
     return results
 
 
+def run_triton_cascade_cases() -> dict[str, dict[str, float]]:
+    """The Triton backend's cascade steps against the torch reference, on a "GPU" of 64 SMs
+    (the SM count sets the prefix splits)."""
+    from dataclasses import replace
+
+    results: dict[str, dict[str, float]] = {}
+    for name, (groups, suffix, (hq, hkv), d) in CASCADE_CASES.items():
+        fb, slots = shared_batch(groups, suffix)
+        case = Case(name, hq, hkv, d, tuple(fb.prefix_lens), tuple(fb.extend_lens))
+        pool = KVPool(KVPoolConfig(case.num_layers, hkv, d, dtype=torch.float32), slots)
+        for layer in range(case.num_layers):
+            pool.k[layer].normal_()
+            pool.v[layer].normal_()
+        backend = make_attention_backend("triton", pool, hq, hkv, d, d**-0.5)
+        shape = backend._cascade_shape  # type: ignore[attr-defined]
+        backend._cascade_shape = replace(shape, num_sms=64)  # type: ignore[attr-defined]
+        got = compare(case, backend, clone_pool(pool), fb)
+        got["prefix_splits"] = backend._cascade.prefix_splits  # type: ignore[attr-defined]
+        results[name] = got
+    return results
+
+
 if __name__ == "__main__":
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
     torch.manual_seed(seed)
-    print(json.dumps({"seed": seed, "results": run_triton_cpu_cases()}))
+    out = {"seed": seed, "results": run_triton_cpu_cases(), "cascade": run_triton_cascade_cases()}
+    print(json.dumps(out))

@@ -23,7 +23,15 @@ from radixserve.runtime.attention import BACKEND_NAMES, TorchAttention, make_att
 from radixserve.runtime.forward_batch import ForwardBatch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from attention_cases import CPU_CASES, Case, clone_pool, compare, make_pool_and_batch  # noqa: E402
+from attention_cases import (  # noqa: E402
+    CASCADE_CASES,
+    CPU_CASES,
+    Case,
+    clone_pool,
+    compare,
+    make_pool_and_batch,
+    shared_batch,
+)
 
 HERE = Path(__file__).parent
 FP32_TOL = 1e-4
@@ -129,6 +137,15 @@ def test_triton_interpreted_matches_torch(triton_cpu_results: dict, case: Case) 
     assert got["pool"] == 0.0, f"{case.name}: K/V not written at out_slots (seed {seed})"
 
 
+@pytest.mark.parametrize("name", list(CASCADE_CASES))
+def test_triton_cascade_interpreted_matches_torch(triton_cpu_results: dict, name: str) -> None:
+    """Shared-prefix decode (level 0 read once per group); the long prefix in several splits."""
+    got = triton_cpu_results["cascade"][name]
+    assert (got["prefix_splits"] > 1) == (name == "long_prefix"), got
+    assert got["out"] < FP32_TOL, (name, got, triton_cpu_results["seed"])
+    assert got["pool"] == 0.0, (name, got)
+
+
 def test_interpreter_flag_did_not_leak(triton_cpu_results: dict) -> None:
     assert os.environ.get("TRITON_INTERPRET") != "1"
 
@@ -169,6 +186,27 @@ def test_gpu_backend_matches_torch(backend_name: str, case: Case) -> None:
     got = compare(case, backend, ref_pool, batch)
     assert got["out"] < BF16_TOL, got
     assert got["pool"] == 0.0
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("backend_name", ["triton", "flashinfer"])
+def test_gpu_cascade_matches_plain_attention(backend_name: str) -> None:
+    """Shared-prefix decode on model head layouts: a long prefix shared by two groups (several
+    prefix splits), rows outside any group, bf16 pool, against the float32 torch reference."""
+    pytest.importorskip(backend_name)
+    for hq, hkv, d in ((32, 8, 128), (14, 2, 64)):
+        groups = [(list(range(0, 40)), 4096), ([41, 43, 44], 700)]
+        suffix = [1 + (7 * i) % 90 for i in range(46)]
+        fb, slots = shared_batch(groups, suffix, device="cuda")
+        case = Case(f"cascade{hq}", hq, hkv, d, tuple(fb.prefix_lens), tuple(fb.extend_lens), torch.bfloat16)
+        pool = KVPool(KVPoolConfig(case.num_layers, hkv, d, dtype=torch.bfloat16, device="cuda"), slots)
+        for layer in range(case.num_layers):
+            pool.k[layer].normal_()
+            pool.v[layer].normal_()
+        backend = make_attention_backend(backend_name, pool, hq, hkv, d, d**-0.5)
+        got = compare(case, backend, clone_pool(pool), fb)
+        assert got["out"] < BF16_TOL and got["pool"] == 0.0, (hq, got)
 
 
 @pytest.mark.gpu

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,38 +13,9 @@ from radixserve.runtime.attention.torch_backend import TorchAttention
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices, gather_segments
 from radixserve.runtime.forward_batch import ForwardBatch
 
-
-def shared_batch(
-    groups: list[tuple[list[int], int]], suffix: list[int], device: str = "cpu"
-) -> tuple[ForwardBatch, int]:
-    """A decode batch whose grouped rows start with the same (scattered) slots.
-
-    `groups`: (rows, shared prefix length); `suffix[i]`: row i's own slots, the
-    token being decoded included. Returns the batch and the slots it needs."""
-    b = len(suffix)
-    need = sum(p for _, p in groups) + sum(suffix)
-    perm = torch.randperm(need + 7)
-    take = iter(perm.tolist())
-    ctx: list[list[int]] = [[] for _ in range(b)]
-    for rows, p in groups:
-        shared = [next(take) for _ in range(p)]
-        for r in rows:
-            ctx[r] = list(shared)
-    for r in range(b):
-        ctx[r] += [next(take) for _ in range(suffix[r])]
-    slots = [torch.tensor(c) for c in ctx]
-    seq = [len(c) for c in ctx]
-    fb = ForwardBatch.build(torch.zeros(b, dtype=torch.int64), [1] * b, [n - 1 for n in seq], slots, device)
-    fb.cascade = CascadeGroups(tuple(tuple(g) for g, _ in groups), tuple(p for _, p in groups))
-    return fb, need + 7
-
-
-CASES = {
-    # groups (rows, prefix), per-row own slots, heads (q, kv), head dim
-    "two_groups_and_singletons": ([([0, 1, 2], 37), ([4, 5], 20)], [1, 5, 9, 13, 2, 1, 30], (8, 2), 64),
-    "interleaved_rows": ([([0, 2, 5], 50), ([1, 4], 3)], [4, 1, 7, 40, 2, 1], (4, 4), 32),
-    "one_group_all_rows": ([([0, 1, 2, 3], 64)], [1, 2, 3, 4], (6, 2), 16),
-}
+sys.path.insert(0, str(Path(__file__).parent))
+from attention_cases import CASCADE_CASES as CASES  # noqa: E402
+from attention_cases import shared_batch  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -19,8 +19,9 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
   planning never reads the device.
 - One float workspace is shared by every wrapper: they run one after the other
   on one stream.
-- Shared-prefix (cascade) decode steps (`batch.cascade`, runtime/cascade.py):
-  level 1 is the decode wrapper over each row's context after its group's
+- Shared-prefix (cascade) decode steps (`batch.cascade`, runtime/cascade.py)
+  with the Triton decode run `triton_cascade.TritonCascadePlan` (the prefix
+  level split across the GPU). With FlashInfer's decode: level 1 is the decode wrapper over each row's context after its group's
   prefix (`return_lse=True`); level 0 is a prefill wrapper, non-causal, whose
   "requests" are the groups: each group's queries against its shared prefix,
   read once. `merge_state_in_place` folds level 0 into level 1's rows. This is
@@ -123,8 +124,17 @@ class FlashInferAttention(AttentionBackend):
         if decode_kernel == "auto":
             decode_kernel = "triton" if importlib.util.find_spec("triton") is not None else "flashinfer"
         self.decode_kernel = decode_kernel
-        # Plain decode steps (cascade steps keep FlashInfer's wrappers for their levels).
+        # Plain decode steps.
         self._triton_decode = TritonDecode(num_kv_heads, scale, device) if decode_kernel == "triton" else None
+        # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
+        self._cascade_shape: Any = None
+        if self._triton_decode is not None:
+            from radixserve.runtime.attention import triton_cascade  # imports triton
+
+            self._cascade_shape = triton_cascade.CascadeShape(
+                num_kv_heads, group, scale, 128, self._triton_decode.num_sms
+            )
+            self._cascade_build = triton_cascade.TritonCascadePlan.build
         self._store_kv = pool_writer(pool)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
@@ -187,6 +197,9 @@ class FlashInferAttention(AttentionBackend):
 
     def plan(self, batch: ForwardBatch) -> None:
         self._shared_active = None
+        if batch.is_decode and batch.cascade is not None and self._cascade_shape is not None:
+            self._active = self._cascade_build(batch, batch.cascade, self._cascade_shape)
+            return
         if batch.is_decode and batch.cascade is not None:
             self._plan_cascade(batch, batch.cascade)
             return

@@ -5,8 +5,8 @@ the same `kv_indptr` / `kv_indices` the scheduler builds, so no layout
 conversion happens. A pure-decode step runs the split-K decode kernel;
 any step with a multi-token request runs the extend kernel for all rows.
 On the CPU the kernels run under `TRITON_INTERPRET=1` (tests only).
-Shared-prefix (cascade) groups are not used here: a decode step reads every
-row's whole context (`supports_cascade` is False, so the engine forms none).
+Shared-prefix (cascade) decode steps read each group's prefix once
+(runtime/attention/triton_cascade.py).
 
 Decode is capturable in a CUDA graph when `decode_splits` is fixed (the grid
 then depends on the batch size alone): the kernels read each request's range
@@ -24,6 +24,7 @@ from radixserve.runtime.attention import kv_store
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.forward_batch import ForwardBatch
 
 # Split-K targets: enough programs to fill the GPU a few times over, but no
@@ -35,6 +36,7 @@ _WAVES = 4
 
 class TritonAttention(AttentionBackend):
     name = "triton"
+    supports_cascade = True
 
     def __init__(
         self,
@@ -63,6 +65,9 @@ class TritonAttention(AttentionBackend):
         self._max_extend = 1
         self._splits = 1
         self._is_decode = True
+        self._cascade: TritonCascadePlan | None = None
+        group = num_heads // num_kv_heads
+        self._cascade_shape = CascadeShape(num_kv_heads, group, scale, self._decode_block_n, self._num_sms)
 
     def _pick_splits(self, batch: ForwardBatch) -> int:
         if self.decode_splits is not None:
@@ -77,6 +82,9 @@ class TritonAttention(AttentionBackend):
         self._is_decode = batch.is_decode
         self._max_extend = max(batch.extend_lens)
         self._splits = self._pick_splits(batch) if self._is_decode else 1
+        self._cascade = None
+        if self._is_decode and batch.cascade is not None:
+            self._cascade = TritonCascadePlan.build(batch, batch.cascade, self._cascade_shape)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
@@ -85,7 +93,9 @@ class TritonAttention(AttentionBackend):
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type.
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
-        if self._is_decode:
+        if self._cascade is not None:
+            out = self._cascade.run(qc, (k_buf, v_buf))
+        elif self._is_decode:
             out = tk.decode_attention(
                 qc,
                 k_buf,

@@ -45,14 +45,17 @@ def _decode_split_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    MID_SPLITS: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: request b, KV head hk, split s of the context.
 
     The GROUP query heads that share hk are one [BLOCK_H, D] tile, so each
     K/V tile is read once per group and the logits are a matrix product.
-    With NUM_SPLITS == 1 the result goes straight to Out; otherwise the
-    normalised partial output and its log2-sum-exp go to Mid_O / Mid_LSE.
+    With MID_SPLITS == 0 the result goes straight to Out; otherwise the
+    normalised partial output and its log2-sum-exp go to split s of the
+    MID_SPLITS partials each (request, head) has in Mid_O / Mid_LSE (cascade
+    steps put their shared-prefix partials after the NUM_SPLITS of this kernel).
     """
     b = tl.program_id(0)
     hk = tl.program_id(1)
@@ -104,15 +107,15 @@ def _decode_split_kernel(
     nonempty = l_i > 0.0
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
     store_mask = h_mask[:, None] & d_mask[None, :]
-    if NUM_SPLITS == 1:
+    if MID_SPLITS == 0:
         tl.store(
             Out + b * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
             out.to(Out.dtype.element_ty),
             mask=store_mask,
         )
     else:
-        # Mid_O is [B, Hq, NUM_SPLITS, BLOCK_D] and Mid_LSE [B, Hq, NUM_SPLITS], contiguous.
-        row = (b * (GROUP * tl.num_programs(1)) + offs_h) * NUM_SPLITS + s
+        # Mid_O is [B, Hq, MID_SPLITS, BLOCK_D] and Mid_LSE [B, Hq, MID_SPLITS], contiguous.
+        row = (b * (GROUP * tl.num_programs(1)) + offs_h) * MID_SPLITS + s
         tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask)
         lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
         tl.store(Mid_LSE + row, lse, mask=h_mask)
@@ -182,18 +185,58 @@ def decode_attention(
     constant value keeps the launch capturable in a CUDA graph.
     """
     q = check_qkv(q, k_pool, v_pool)
+    out = torch.empty_like(q)
+    mid = None if num_splits == 1 else new_partials(q, num_splits)
+    args = (kv_indptr, kv_indices, sm_scale, num_splits)
+    _launch_decode(q, k_pool, v_pool, *args, out, mid, block_n, num_warps)
+    if mid is not None:
+        reduce_partials(mid, out)
+    return out
+
+
+def new_partials(q: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Room for `num_splits` partial results per (request, query head): output and log2-sum-exp."""
+    batch, num_heads, head_dim = q.shape
+    block_d = triton.next_power_of_2(head_dim)
+    mid_o = torch.empty((batch, num_heads, num_splits, block_d), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
+    return mid_o, mid_lse
+
+
+def decode_partials(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    num_splits: int,
+    mid: tuple[torch.Tensor, torch.Tensor],
+    block_n: int = 64,
+    num_warps: int = 4,
+) -> None:
+    """The split kernel alone: request b's split s goes to partial s of `mid` (which may hold more)."""
+    q = check_qkv(q, k_pool, v_pool)
+    _launch_decode(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, num_splits, q, mid, block_n, num_warps)
+
+
+def _launch_decode(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    sm_scale: float,
+    num_splits: int,
+    out: torch.Tensor,
+    mid: tuple[torch.Tensor, torch.Tensor] | None,
+    block_n: int,
+    num_warps: int,
+) -> None:
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_pool.shape[1]
     group = num_heads // num_kv_heads
-    block_d = triton.next_power_of_2(head_dim)
-    # tl.dot needs at least 16 rows: pad the group of query heads.
-    block_h = max(16, triton.next_power_of_2(group))
-    out = torch.empty_like(q)
-    if num_splits > 1:
-        mid_o = torch.empty((batch, num_heads, num_splits, block_d), dtype=torch.float32, device=q.device)
-        mid_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
-    else:
-        mid_o = mid_lse = out  # unused by the kernel
+    mid_o, mid_lse = mid if mid is not None else (out, out)  # unused by the kernel without partials
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q,
         k_pool,
@@ -213,26 +256,33 @@ def decode_attention(
         out.stride(0),
         out.stride(1),
         GROUP=group,
-        BLOCK_H=block_h,
+        # tl.dot needs at least 16 rows: pad the group of query heads.
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
+        BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
+        MID_SPLITS=0 if mid is None else mid_lse.shape[2],
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=num_warps,
     )
-    if num_splits > 1:
-        _decode_reduce_kernel[(batch, num_heads)](
-            mid_o,
-            mid_lse,
-            out,
-            out.stride(0),
-            out.stride(1),
-            NUM_HEADS=num_heads,
-            HEAD_DIM=head_dim,
-            BLOCK_D=block_d,
-            NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits),
-            num_warps=4,
-        )
-    return out
+
+
+def reduce_partials(mid: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
+    """Merge every (request, head)'s partials by their log-sum-exp into `out` `[B, Hq, D]`;
+    partial 0 must be non-empty (it holds the request's first key)."""
+    mid_o, mid_lse = mid
+    batch, num_heads, splits = mid_lse.shape
+    _decode_reduce_kernel[(batch, num_heads)](
+        mid_o,
+        mid_lse,
+        out,
+        out.stride(0),
+        out.stride(1),
+        NUM_HEADS=num_heads,
+        HEAD_DIM=out.shape[2],
+        BLOCK_D=mid_o.shape[3],
+        NUM_SPLITS=splits,
+        BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=4,
+    )
