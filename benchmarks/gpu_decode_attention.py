@@ -41,13 +41,14 @@ from radixserve.runtime.attention import triton_kernels as tk  # noqa: E402
 OUT = Path(os.environ.get("OUT", "out"))
 DTYPE = torch.bfloat16
 LAYERS = 8
-TRITON_CONFIGS = [(s, bn, w) for s in (1, 2, 4, 8) for bn in (32, 64, 128) for w in (2, 4, 8)]
-CASES = {QWEN_05B: [32, 128, 256], LLAMA_8B: [64, 256]}
+TRITON_CONFIGS = [(s, bn, 4) for s in (1, 2, 4, 8, 16) for bn in (64, 128)]
+CASES = {QWEN_05B: [32, 128, 256], LLAMA_8B: [16, 64, 256]}
+CONTEXTS = ("ctx1024", "w1", "ctx4232")  # 4232: W5's 4096 + 8 + 128 (not shared here)
 
 
 def context_lengths(batch: int, kind: str, gen: torch.Generator) -> list[int]:
-    if kind == "ctx1024":
-        return [1024] * batch
+    if kind.startswith("ctx"):
+        return [int(kind[3:])] * batch
     return torch.randint(200, 2049, (batch,), generator=gen).tolist()  # W1-like: in + out so far
 
 
@@ -119,7 +120,9 @@ def flashinfer_call(lay: Layout, tensor_cores: bool) -> Callable[[int], torch.Te
     return lambda layer: w.run(lay.q, (lay.k[layer], lay.v[layer]))
 
 
-def triton_call(lay: Layout, splits: int, block_n: int, warps: int) -> Callable[[int], torch.Tensor]:
+def triton_call(
+    lay: Layout, splits: int, block_n: int, warps: int, min_split: int = 1
+) -> Callable[[int], torch.Tensor]:
     s = lay.shape
     slots = torch.cat([lay.token_slots(b) for b in range(len(lay.lens))]).to(torch.int32)
     indptr = torch.tensor([0, *torch.tensor(lay.lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
@@ -127,9 +130,19 @@ def triton_call(lay: Layout, splits: int, block_n: int, warps: int) -> Callable[
         (k.view(-1, s.num_kv_heads, s.head_dim), v.view(-1, s.num_kv_heads, s.head_dim))
         for k, v in zip(lay.k, lay.v, strict=True)
     ]
+    tiling = tk.DecodeTiling(splits, min_split, block_n, warps)
     return lambda layer: tk.decode_attention(
-        lay.q, flat[layer][0], flat[layer][1], indptr, slots, s.head_dim**-0.5, splits, block_n, warps
+        lay.q, flat[layer][0], flat[layer][1], indptr, slots, s.head_dim**-0.5, tiling
     )
+
+
+def triton_dyn_call(lay: Layout) -> Callable[[int], torch.Tensor]:
+    """What the engine runs: the tiling of `triton_decode.decode_tiling` for the batch size."""
+    from radixserve.runtime.attention.triton_decode import decode_tiling
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t = decode_tiling(len(lay.lens), lay.shape.num_kv_heads, sms)
+    return triton_call(lay, t.splits, t.block_n, t.num_warps, t.min_split)
 
 
 def graph_ms(call: Callable[[int], torch.Tensor]) -> float:
@@ -172,6 +185,7 @@ def variants(lay1: Layout, lay16: Layout) -> dict[str, Callable[[int], torch.Ten
         pass
     for s, bn, w in TRITON_CONFIGS:
         out[f"triton {s}/{bn}/{w}"] = triton_call(lay1, s, bn, w)
+    out["triton-dyn"] = triton_dyn_call(lay1)
     return out
 
 
@@ -202,7 +216,7 @@ def main() -> None:
     try:
         for shape, batches in CASES.items():
             for batch in batches:
-                for ctx in ("ctx1024", "w1"):
+                for ctx in CONTEXTS:
                     report["rows"].extend(run_case(shape, batch, ctx, gen))
     finally:
         report["fi_cache"] = pack_flashinfer_cache(OUT)
@@ -216,8 +230,9 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
     cases = sorted({(r["shape"], r["batch"], r["ctx"]) for r in rows}, key=str)
     for case in cases:
         mine = [r for r in rows if (r["shape"], r["batch"], r["ctx"]) == case and "ms" in r]
-        tri = sorted((r for r in mine if r["kernel"].startswith("triton")), key=lambda r: r["ms"])
-        for r in [r for r in mine if r["kernel"].startswith("fi")] + tri[:3]:
+        tri = sorted((r for r in mine if r["kernel"].startswith("triton ")), key=lambda r: r["ms"])
+        dyn = [r for r in mine if r["kernel"] == "triton-dyn"]
+        for r in [r for r in mine if r["kernel"].startswith("fi")] + tri[:2] + dyn:
             label = f"{case[0]} b{case[1]} {case[2]}"
             print(f"{label:<34} {r['kernel']:<18} {r['ms']:>8.4f} {r['kv_tb_s']:>6.2f} {r['rel_err']:>8.1e}")
     failed = [r for r in rows if "error" in r]

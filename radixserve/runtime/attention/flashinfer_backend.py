@@ -21,8 +21,9 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
   on one stream.
 - Shared-prefix (cascade) decode steps (`batch.cascade`, runtime/cascade.py)
   with the Triton decode run `triton_cascade.TritonCascadePlan` (the prefix
-  level split across the GPU). With FlashInfer's decode: level 1 is the decode wrapper over each row's context after its group's
-  prefix (`return_lse=True`); level 0 is a prefill wrapper, non-causal, whose
+  level split across the GPU). With FlashInfer's decode: level 1 is the
+  decode wrapper over each row's context after its group's prefix
+  (`return_lse=True`); level 0 is a prefill wrapper, non-causal, whose
   "requests" are the groups: each group's queries against its shared prefix,
   read once. `merge_state_in_place` folds level 0 into level 1's rows. This is
   the two-level case of FlashInfer's `MultiLevelCascadeAttentionWrapper`

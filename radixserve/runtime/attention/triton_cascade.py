@@ -24,7 +24,7 @@ under the interpreter on the CPU (tests/runtime/test_backends.py).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -151,7 +151,7 @@ class TritonCascadePlan:
     scale: float
     suffix_indptr: torch.Tensor  # [B + 1] int32
     suffix_indices: torch.Tensor  # [sum of suffixes] int32
-    suffix_splits: int
+    suffix_tiling: tk.DecodeTiling
     group_rows: torch.Tensor  # [grouped rows] int32, group after group
     group_indptr: torch.Tensor  # [G + 1] int32 into group_rows
     prefix_indptr: torch.Tensor  # [G + 1] int32 into prefix_indices
@@ -169,7 +169,7 @@ class TritonCascadePlan:
 
     @staticmethod
     def build(batch: ForwardBatch, groups: CascadeGroups, shape: CascadeShape) -> TritonCascadePlan:
-        from radixserve.runtime.attention.triton_decode import decode_splits  # no cycle at import
+        from radixserve.runtime.attention.triton_decode import decode_tiling  # no cycle at import
 
         idx = cascade_indices(batch.kv_indices, batch.seq_lens, groups)
         device = batch.kv_indices.device
@@ -180,11 +180,14 @@ class TritonCascadePlan:
         want = _WAVES * shape.num_sms // max(1, programs)
         longest = max(idx.prefix_lens) // _MIN_KEYS_PER_SPLIT
         b = batch.batch_size
+        tiling = decode_tiling(b, shape.num_kv_heads, shape.num_sms)
+        # Only as many level-1 partials as the longest suffix can use (the buffer is smaller).
+        suffix_splits = max(1, min(tiling.splits, max(idx.suffix_lens) // tiling.min_split))
         return TritonCascadePlan(
             scale=shape.scale,
             suffix_indptr=to_device([0, *itertools.accumulate(idx.suffix_lens)], torch.int32, device),
             suffix_indices=idx.suffix_indices,
-            suffix_splits=decode_splits(b, shape.num_kv_heads, shape.num_sms, max(idx.suffix_lens)),
+            suffix_tiling=replace(tiling, splits=suffix_splits, block_n=shape.block_n),
             group_rows=to_device(groups.grouped_rows, torch.int32, device),
             group_indptr=to_device([0, *itertools.accumulate(sizes)], torch.int32, device),
             prefix_indptr=to_device([0, *itertools.accumulate(idx.prefix_lens)], torch.int32, device),
@@ -202,14 +205,13 @@ class TritonCascadePlan:
         page-size-1 views `[S, 1, Hkv, D]`) -> `[B, Hq, D]`."""
         k, v = (t.view(t.shape[0], t.shape[-2], t.shape[-1]) for t in cache)
         q = tk.check_qkv(q, k, v)
-        s1, s0 = self.suffix_splits, self.prefix_splits
+        s1, s0 = self.suffix_tiling.splits, self.prefix_splits
         if self.mid is None:
             self.mid = tk.new_partials(q, s1 + s0)
             self.mid[1].fill_(float("-inf"))
         mid_o, mid_lse = self.mid
-        tk.decode_partials(
-            q, k, v, self.suffix_indptr, self.suffix_indices, self.scale, s1, (mid_o, mid_lse), self.block_n
-        )
+        table = (self.suffix_indptr, self.suffix_indices)
+        tk.decode_partials(q, (k, v), table, self.scale, self.suffix_tiling, (mid_o, mid_lse))
         num_heads, head_dim = q.shape[1], q.shape[2]
         num_kv_heads = k.shape[1]
         grid = (self.num_groups, num_kv_heads * self.row_blocks, s0)

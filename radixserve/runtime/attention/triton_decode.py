@@ -11,7 +11,9 @@ CUDA-core decode kernel does not support qwen's group of 7 at all.
 It also needs no host planning: the kernel reads each request's range from
 `kv_indptr` on the device, and its grid is (batch, KV heads, splits). So a
 CUDA-graph decode state is only a pair of static buffers that each replay's
-inputs are copied into, and the split count is fixed per captured batch size.
+inputs are copied into. The split count follows each request's length
+inside the kernel (`DecodeTiling.min_split`), so one grid per batch size
+serves short and long contexts alike.
 
 `TritonDecode.run(q, cache)` has the call shape of a FlashInfer wrapper's
 `run` (`cache` = the page-size-1 `(k, v)` views), so the backend treats a
@@ -22,31 +24,32 @@ Importing this module does not import triton; the first run does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from radixserve.runtime.forward_batch import ForwardBatch
 
-# Split-K: enough programs (batch x KV heads x splits) to fill the GPU about
-# four times over, rounded down to a power of two; the H200 sweep's best split
-# counts follow this rule (qwen at batch 32 / 128 / 256: 8 / 2 / 1; Llama at
-# batch 64 / 256: 1).
-_PROGRAM_WAVES = 4
+# The H200 sweep at contexts of 1024: the best split count makes about four
+# programs per SM (batch x KV heads x splits; qwen at batch 32 / 128 / 256:
+# 8 / 2 / 1 splits, Llama at 64 / 256: 1-2 / 1), i.e. a split of about
+# 1024 keys when batch x KV heads alone is four waves, proportionally fewer
+# keys (not under 128) for smaller batches. Longer contexts get more splits.
+_KEYS_AT_FOUR_WAVES = 1024
+_MIN_KEYS = 128
 _MAX_SPLITS = 16
 # Keys per tile and warps: the sweep's best, or within 5% of it, in every case.
 _BLOCK_N = 128
 _NUM_WARPS = 4
-# Dynamic splits (eager steps) skip splits shorter than this many keys.
-_MIN_KEYS_PER_SPLIT = 128
 
 
-def decode_splits(batch_size: int, num_kv_heads: int, num_sms: int, longest: int | None = None) -> int:
-    """Split count for a decode step; `longest` (the longest context, when known) caps it."""
+def decode_tiling(batch_size: int, num_kv_heads: int, num_sms: int) -> Any:
+    """The kernel's tiling for a decode batch of `batch_size` (whatever its lengths)."""
+    from radixserve.runtime.attention.triton_kernels import DecodeTiling  # imports triton
+
     programs = batch_size * num_kv_heads
-    want = _PROGRAM_WAVES * num_sms // programs
-    cap = _MAX_SPLITS if longest is None else max(1, longest // _MIN_KEYS_PER_SPLIT)
-    # A power of two: each count is a compiled kernel, so few distinct ones.
-    return 1 << (max(1, min(want, _MAX_SPLITS, cap)).bit_length() - 1)
+    min_split = max(_MIN_KEYS, programs * _KEYS_AT_FOUR_WAVES // (4 * num_sms))
+    return DecodeTiling(_MAX_SPLITS, min_split, _BLOCK_N, _NUM_WARPS)
 
 
 @dataclass
@@ -55,13 +58,13 @@ class TritonDecodeGraphState:
 
     batch_size: int
     max_kv_tokens: int
-    splits: int
+    tiling: Any  # triton_kernels.DecodeTiling
     scale: float
     kv_indptr: torch.Tensor  # [bs + 1] int32, device
     kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
 
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return _run(q, cache, self.kv_indptr, self.kv_indices, self.scale, self.splits)
+        return _run(q, cache, (self.kv_indptr, self.kv_indices), self.scale, self.tiling)
 
 
 class TritonDecode:
@@ -72,18 +75,17 @@ class TritonDecode:
         self.scale = scale
         self.device = device
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self._indptr: torch.Tensor | None = None
-        self._indices: torch.Tensor | None = None
-        self._splits = 1
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._tiling: Any = None
         self._graph_indices: torch.Tensor | None = None
 
     def plan(self, batch: ForwardBatch) -> None:
-        self._indptr, self._indices = batch.kv_indptr, batch.kv_indices
-        self._splits = decode_splits(batch.batch_size, self.num_kv_heads, self.num_sms, max(batch.seq_lens))
+        self._table = (batch.kv_indptr, batch.kv_indices)
+        self._tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self.num_sms)
 
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        assert self._indptr is not None and self._indices is not None, "run before plan"
-        return _run(q, cache, self._indptr, self._indices, self.scale, self._splits)
+        assert self._table is not None, "run before plan"
+        return _run(q, cache, self._table, self.scale, self._tiling)
 
     def make_graph_state(self, batch_size: int, max_kv_tokens: int) -> TritonDecodeGraphState:
         """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
@@ -93,7 +95,7 @@ class TritonDecode:
         return TritonDecodeGraphState(
             batch_size,
             indices.numel(),
-            decode_splits(batch_size, self.num_kv_heads, self.num_sms),
+            decode_tiling(batch_size, self.num_kv_heads, self.num_sms),
             self.scale,
             torch.zeros(batch_size + 1, dtype=torch.int32, device=self.device),
             indices,
@@ -110,13 +112,11 @@ class TritonDecode:
 def _run(
     q: torch.Tensor,
     cache: tuple[torch.Tensor, torch.Tensor],
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor,
+    table: tuple[torch.Tensor, torch.Tensor],
     scale: float,
-    splits: int,
+    tiling: Any,
 ) -> torch.Tensor:
     from radixserve.runtime.attention import triton_kernels as tk  # imports triton: only when used
 
-    k, v = cache  # page-size-1 views [slots, 1, Hkv, D]: the kernel wants [slots, Hkv, D]
-    k, v = k.view(k.shape[0], k.shape[2], k.shape[3]), v.view(v.shape[0], v.shape[2], v.shape[3])
-    return tk.decode_attention(q, k, v, kv_indptr, kv_indices, scale, splits, _BLOCK_N, _NUM_WARPS)
+    k, v = (t.view(t.shape[0], t.shape[-2], t.shape[-1]) for t in cache)  # [slots, 1, Hkv, D] views
+    return tk.decode_attention(q, k, v, *table, scale, tiling)

@@ -13,6 +13,8 @@ This module holds the decode kernels and what both paths share; the extend
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -31,6 +33,7 @@ def _decode_split_kernel(
     Mid_O,
     Mid_LSE,
     sm_scale_log2,
+    min_split,
     stride_qt,
     stride_qh,
     stride_kn,
@@ -62,7 +65,10 @@ def _decode_split_kernel(
     s = tl.program_id(2)
     kv_start = tl.load(kv_indptr + b)
     kv_len = tl.load(kv_indptr + b + 1) - kv_start
-    split_len = tl.cdiv(kv_len, NUM_SPLITS)
+    # At most NUM_SPLITS splits of at least `min_split` keys, evenly cut: the splits past a
+    # short context's last are empty (they only write a -inf log-sum-exp).
+    used = tl.minimum(tl.maximum(kv_len // min_split, 1), NUM_SPLITS)
+    split_len = tl.cdiv(kv_len, used)
     lo = s * split_len
     hi = tl.minimum(lo + split_len, kv_len)
 
@@ -116,7 +122,9 @@ def _decode_split_kernel(
     else:
         # Mid_O is [B, Hq, MID_SPLITS, BLOCK_D] and Mid_LSE [B, Hq, MID_SPLITS], contiguous.
         row = (b * (GROUP * tl.num_programs(1)) + offs_h) * MID_SPLITS + s
-        tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask)
+        # An empty split writes only its -inf log-sum-exp; the reduction skips its output.
+        has_keys = (offs_g * 0 + lo) < hi  # per row (a vector: the mask must be a tensor)
+        tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask & has_keys[:, None])
         lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
         tl.store(Mid_LSE + row, lse, mask=h_mask)
 
@@ -145,9 +153,10 @@ def _decode_reduce_kernel(
     lse = tl.load(Mid_LSE + row0 + offs_s, mask=s_mask, other=float("-inf"))
     # Split 0 always holds the first token, so the maximum is finite.
     w = tl.math.exp2(lse - tl.max(lse, 0))
+    used = lse > float("-inf")  # empty splits wrote no output: never read it (0 * garbage)
     o = tl.load(
         Mid_O + (row0 + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
-        mask=s_mask[:, None] & d_mask[None, :],
+        mask=(s_mask & used)[:, None] & d_mask[None, :],
         other=0.0,
     )
     out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
@@ -167,6 +176,23 @@ def check_qkv(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> to
     return q
 
 
+@dataclass(frozen=True)
+class DecodeTiling:
+    """How the decode kernel cuts its work.
+
+    `splits` programs per (request, KV head); a request of `len` keys uses
+    `clamp(len // min_split, 1, splits)` of them, evenly cut, and the rest
+    exit at once. So with a fixed `splits` (a CUDA graph's grid) and
+    `min_split` > 1 the split count follows each request's length;
+    `min_split` = 1 is the plain split-K. `block_n` keys per tile.
+    """
+
+    splits: int = 1
+    min_split: int = 1
+    block_n: int = 64
+    num_warps: int = 4
+
+
 def decode_attention(
     q: torch.Tensor,
     k_pool: torch.Tensor,
@@ -174,21 +200,17 @@ def decode_attention(
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
     sm_scale: float,
-    num_splits: int,
-    block_n: int = 64,
-    num_warps: int = 4,
+    tiling: DecodeTiling,
 ) -> torch.Tensor:
     """One new token per request: q `[B, Hq, D]` over pool `[S, Hkv, D]` -> `[B, Hq, D]`.
 
-    `num_splits` cuts each context into that many pieces processed by
-    separate programs (split-K) and merged after; it fixes the grid, so a
-    constant value keeps the launch capturable in a CUDA graph.
+    The grid depends on the batch size and `tiling.splits` alone, so the
+    launch is capturable in a CUDA graph.
     """
     q = check_qkv(q, k_pool, v_pool)
     out = torch.empty_like(q)
-    mid = None if num_splits == 1 else new_partials(q, num_splits)
-    args = (kv_indptr, kv_indices, sm_scale, num_splits)
-    _launch_decode(q, k_pool, v_pool, *args, out, mid, block_n, num_warps)
+    mid = None if tiling.splits == 1 else new_partials(q, tiling.splits)
+    _launch_decode(q, (k_pool, v_pool), (kv_indptr, kv_indices), sm_scale, tiling, out, mid)
     if mid is not None:
         reduce_partials(mid, out)
     return out
@@ -205,48 +227,43 @@ def new_partials(q: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.
 
 def decode_partials(
     q: torch.Tensor,
-    k_pool: torch.Tensor,
-    v_pool: torch.Tensor,
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    table: tuple[torch.Tensor, torch.Tensor],
     sm_scale: float,
-    num_splits: int,
+    tiling: DecodeTiling,
     mid: tuple[torch.Tensor, torch.Tensor],
-    block_n: int = 64,
-    num_warps: int = 4,
 ) -> None:
-    """The split kernel alone: request b's split s goes to partial s of `mid` (which may hold more)."""
-    q = check_qkv(q, k_pool, v_pool)
-    _launch_decode(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, num_splits, q, mid, block_n, num_warps)
+    """The split kernel alone (`kv`: the layer's pool buffers, `table`: kv_indptr and
+    kv_indices): request b's split s goes to partial s of `mid` (which may hold more)."""
+    q = check_qkv(q, *kv)
+    _launch_decode(q, kv, table, sm_scale, tiling, q, mid)
 
 
 def _launch_decode(
     q: torch.Tensor,
-    k_pool: torch.Tensor,
-    v_pool: torch.Tensor,
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    table: tuple[torch.Tensor, torch.Tensor],
     sm_scale: float,
-    num_splits: int,
+    tiling: DecodeTiling,
     out: torch.Tensor,
     mid: tuple[torch.Tensor, torch.Tensor] | None,
-    block_n: int,
-    num_warps: int,
 ) -> None:
+    k_pool, v_pool = kv
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_pool.shape[1]
     group = num_heads // num_kv_heads
     mid_o, mid_lse = mid if mid is not None else (out, out)  # unused by the kernel without partials
-    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+    _decode_split_kernel[(batch, num_kv_heads, tiling.splits)](
         q,
         k_pool,
         v_pool,
-        kv_indptr,
-        kv_indices,
+        table[0],
+        table[1],
         out,
         mid_o,
         mid_lse,
         sm_scale * LOG2E,
+        tiling.min_split,
         q.stride(0),
         q.stride(1),
         k_pool.stride(0),
@@ -260,11 +277,11 @@ def _launch_decode(
         BLOCK_H=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
         BLOCK_D=triton.next_power_of_2(head_dim),
-        BLOCK_N=block_n,
-        NUM_SPLITS=num_splits,
+        BLOCK_N=tiling.block_n,
+        NUM_SPLITS=tiling.splits,
         MID_SPLITS=0 if mid is None else mid_lse.shape[2],
         DOT_PRECISION=dot_precision(q.dtype),
-        num_warps=num_warps,
+        num_warps=tiling.num_warps,
     )
 
 
