@@ -120,9 +120,7 @@ def flashinfer_call(lay: Layout, tensor_cores: bool) -> Callable[[int], torch.Te
     return lambda layer: w.run(lay.q, (lay.k[layer], lay.v[layer]))
 
 
-def triton_call(
-    lay: Layout, splits: int, block_n: int, warps: int, min_split: int = 1
-) -> Callable[[int], torch.Tensor]:
+def triton_call(lay: Layout, splits: int, block_n: int, warps: int) -> Callable[[int], torch.Tensor]:
     s = lay.shape
     slots = torch.cat([lay.token_slots(b) for b in range(len(lay.lens))]).to(torch.int32)
     indptr = torch.tensor([0, *torch.tensor(lay.lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
@@ -130,7 +128,7 @@ def triton_call(
         (k.view(-1, s.num_kv_heads, s.head_dim), v.view(-1, s.num_kv_heads, s.head_dim))
         for k, v in zip(lay.k, lay.v, strict=True)
     ]
-    tiling = tk.DecodeTiling(splits, min_split, block_n, warps)
+    tiling = tk.DecodeTiling(splits, block_n, warps)
     return lambda layer: tk.decode_attention(
         lay.q, flat[layer][0], flat[layer][1], indptr, slots, s.head_dim**-0.5, tiling
     )
@@ -142,7 +140,7 @@ def triton_dyn_call(lay: Layout) -> Callable[[int], torch.Tensor]:
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t = decode_tiling(len(lay.lens), lay.shape.num_kv_heads, sms)
-    return triton_call(lay, t.splits, t.block_n, t.num_warps, t.min_split)
+    return triton_call(lay, t.splits, t.block_n, t.num_warps)
 
 
 def graph_ms(call: Callable[[int], torch.Tensor]) -> float:

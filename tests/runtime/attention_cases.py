@@ -35,7 +35,6 @@ class Case:
     dtype: torch.dtype = torch.float32
     num_layers: int = 2
     decode_splits: int | None = None  # Triton only: force the split-K factor
-    min_split: int = 1  # Triton only: fewest keys per split (longer contexts use more splits)
 
     @property
     def is_decode(self) -> bool:
@@ -55,8 +54,6 @@ CPU_CASES = [
     Case("decode_split5_short", 4, 1, 64, (0, 1, 50), (1, 1, 1), decode_splits=5),
     Case("mixed_fp16_d64", 8, 2, 64, (9, 0), (12, 1), dtype=torch.float16),
     Case("decode_fp16_split2", 8, 2, 64, (40, 3), (1, 1), dtype=torch.float16, decode_splits=2),
-    # A grid of 8 splits of at least 20 keys: the 70-key context uses 3, the short ones 1.
-    Case("decode_min_split", 8, 2, 64, (0, 70, 33, 5), (1, 1, 1, 1), decode_splits=8, min_split=20),
 ]
 
 
@@ -174,7 +171,6 @@ def run_triton_cpu_cases() -> dict[str, dict[str, float]]:
         )
         assert backend.name == "triton"
         backend.decode_splits = case.decode_splits  # type: ignore[attr-defined]
-        backend.decode_min_split = case.min_split  # type: ignore[attr-defined]
         results[case.name] = compare(case, backend, ref_pool, batch)
     return results
 

@@ -53,8 +53,6 @@ class TritonAttention(AttentionBackend):
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self.decode_splits = decode_splits
-        # Fewest keys per split (DecodeTiling.min_split); 1: every split used.
-        self.decode_min_split = 1
         device = torch.device(pool.config.device)
         on_gpu = device.type == "cuda"
         self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
@@ -98,7 +96,7 @@ class TritonAttention(AttentionBackend):
         if self._cascade is not None:
             out = self._cascade.run(qc, (k_buf, v_buf))
         elif self._is_decode:
-            tiling = tk.DecodeTiling(self._splits, self.decode_min_split, self._decode_block_n)
+            tiling = tk.DecodeTiling(self._splits, self._decode_block_n)
             out = tk.decode_attention(qc, k_buf, v_buf, batch.kv_indptr, batch.kv_indices, self.scale, tiling)
         else:
             out = te.extend_attention(

@@ -180,14 +180,12 @@ class TritonCascadePlan:
         want = _WAVES * shape.num_sms // max(1, programs)
         longest = max(idx.prefix_lens) // _MIN_KEYS_PER_SPLIT
         b = batch.batch_size
-        tiling = decode_tiling(b, shape.num_kv_heads, shape.num_sms)
-        # Only as many level-1 partials as the longest suffix can use (the buffer is smaller).
-        suffix_splits = max(1, min(tiling.splits, max(idx.suffix_lens) // tiling.min_split))
+        tiling = decode_tiling(b, shape.num_kv_heads, shape.num_sms, max(idx.suffix_lens))
         return TritonCascadePlan(
             scale=shape.scale,
             suffix_indptr=to_device([0, *itertools.accumulate(idx.suffix_lens)], torch.int32, device),
             suffix_indices=idx.suffix_indices,
-            suffix_tiling=replace(tiling, splits=suffix_splits, block_n=shape.block_n),
+            suffix_tiling=replace(tiling, block_n=shape.block_n),
             group_rows=to_device(groups.grouped_rows, torch.int32, device),
             group_indptr=to_device([0, *itertools.accumulate(sizes)], torch.int32, device),
             prefix_indptr=to_device([0, *itertools.accumulate(idx.prefix_lens)], torch.int32, device),

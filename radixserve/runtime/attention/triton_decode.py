@@ -11,9 +11,7 @@ CUDA-core decode kernel does not support qwen's group of 7 at all.
 It also needs no host planning: the kernel reads each request's range from
 `kv_indptr` on the device, and its grid is (batch, KV heads, splits). So a
 CUDA-graph decode state is only a pair of static buffers that each replay's
-inputs are copied into. The split count follows each request's length
-inside the kernel (`DecodeTiling.min_split`), so one grid per batch size
-serves short and long contexts alike.
+inputs are copied into, and the split count is fixed per batch size.
 
 `TritonDecode.run(q, cache)` has the call shape of a FlashInfer wrapper's
 `run` (`cache` = the page-size-1 `(k, v)` views), so the backend treats a
@@ -30,26 +28,31 @@ import torch
 
 from radixserve.runtime.forward_batch import ForwardBatch
 
-# The H200 sweep at contexts of 1024: the best split count makes about four
-# programs per SM (batch x KV heads x splits; qwen at batch 32 / 128 / 256:
-# 8 / 2 / 1 splits, Llama at 64 / 256: 1-2 / 1), i.e. a split of about
-# 1024 keys when batch x KV heads alone is four waves, proportionally fewer
-# keys (not under 128) for smaller batches. Longer contexts get more splits.
-_KEYS_AT_FOUR_WAVES = 1024
-_MIN_KEYS = 128
+# Split-K: enough programs (batch x KV heads x splits) to fill the GPU about
+# four times over, rounded down to a power of two; the H200 sweep's best split
+# counts follow this rule (qwen at batch 32 / 128 / 256: 8 / 2 / 1; Llama at
+# batch 64 / 256: 1). A grid with more splits than a request's length needs
+# costs more than it saves (measured: a fixed 16-split grid whose programs
+# follow each length was 1.1-1.8x slower), so graphs keep this rule too.
+_PROGRAM_WAVES = 4
 _MAX_SPLITS = 16
 # Keys per tile and warps: the sweep's best, or within 5% of it, in every case.
 _BLOCK_N = 128
 _NUM_WARPS = 4
+# Eager steps know their longest context: no split shorter than this many keys.
+_MIN_KEYS_PER_SPLIT = 128
 
 
-def decode_tiling(batch_size: int, num_kv_heads: int, num_sms: int) -> Any:
-    """The kernel's tiling for a decode batch of `batch_size` (whatever its lengths)."""
+def decode_tiling(batch_size: int, num_kv_heads: int, num_sms: int, longest: int | None = None) -> Any:
+    """The kernel's tiling for a decode batch; `longest` (the longest context, when known) caps
+    the splits."""
     from radixserve.runtime.attention.triton_kernels import DecodeTiling  # imports triton
 
-    programs = batch_size * num_kv_heads
-    min_split = max(_MIN_KEYS, programs * _KEYS_AT_FOUR_WAVES // (4 * num_sms))
-    return DecodeTiling(_MAX_SPLITS, min_split, _BLOCK_N, _NUM_WARPS)
+    want = _PROGRAM_WAVES * num_sms // (batch_size * num_kv_heads)
+    cap = _MAX_SPLITS if longest is None else max(1, longest // _MIN_KEYS_PER_SPLIT)
+    # A power of two: each count is a compiled kernel, so few distinct ones.
+    splits = 1 << (max(1, min(want, _MAX_SPLITS, cap)).bit_length() - 1)
+    return DecodeTiling(splits, _BLOCK_N, _NUM_WARPS)
 
 
 @dataclass
@@ -81,7 +84,7 @@ class TritonDecode:
 
     def plan(self, batch: ForwardBatch) -> None:
         self._table = (batch.kv_indptr, batch.kv_indices)
-        self._tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self.num_sms)
+        self._tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self.num_sms, max(batch.seq_lens))
 
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         assert self._table is not None, "run before plan"

@@ -33,7 +33,6 @@ def _decode_split_kernel(
     Mid_O,
     Mid_LSE,
     sm_scale_log2,
-    min_split,
     stride_qt,
     stride_qh,
     stride_kn,
@@ -65,10 +64,7 @@ def _decode_split_kernel(
     s = tl.program_id(2)
     kv_start = tl.load(kv_indptr + b)
     kv_len = tl.load(kv_indptr + b + 1) - kv_start
-    # At most NUM_SPLITS splits of at least `min_split` keys, evenly cut: the splits past a
-    # short context's last are empty (they only write a -inf log-sum-exp).
-    used = tl.minimum(tl.maximum(kv_len // min_split, 1), NUM_SPLITS)
-    split_len = tl.cdiv(kv_len, used)
+    split_len = tl.cdiv(kv_len, NUM_SPLITS)
     lo = s * split_len
     hi = tl.minimum(lo + split_len, kv_len)
 
@@ -180,15 +176,12 @@ def check_qkv(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> to
 class DecodeTiling:
     """How the decode kernel cuts its work.
 
-    `splits` programs per (request, KV head); a request of `len` keys uses
-    `clamp(len // min_split, 1, splits)` of them, evenly cut, and the rest
-    exit at once. So with a fixed `splits` (a CUDA graph's grid) and
-    `min_split` > 1 the split count follows each request's length;
-    `min_split` = 1 is the plain split-K. `block_n` keys per tile.
+    `splits` programs per (request, KV head), each over `ceil(len / splits)`
+    keys (a context shorter than `splits` leaves the last splits empty: they
+    write only a -inf log-sum-exp); `block_n` keys per tile.
     """
 
     splits: int = 1
-    min_split: int = 1
     block_n: int = 64
     num_warps: int = 4
 
@@ -263,7 +256,6 @@ def _launch_decode(
         mid_o,
         mid_lse,
         sm_scale * LOG2E,
-        tiling.min_split,
         q.stride(0),
         q.stride(1),
         k_pool.stride(0),
