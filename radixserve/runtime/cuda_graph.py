@@ -10,6 +10,15 @@ one slot more than the allocator hands out).
 Only backends that can plan a fixed-size decode state outside the graph take
 part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
 Decode steps that carry shared-prefix groups (cascade attention) run eagerly.
+
+Where the backend's graph states need no host plan (`device_planned_graphs`:
+the FlashInfer backend with the Triton decode kernel) and the runner hands
+over its device tables, the step's inputs are built inside the graph too:
+each graph starts with `step_fill` (runtime/step_fill.py), which reads one
+packed buffer of the step's per-request arrays and writes the input ids,
+positions, out slots, page table and the new slots in the request-to-slot
+table. A step is then one pinned copy and one replay (`run_decode`), not the
+~30 small launches of `build_decode_batch` + `run`.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from torch import nn
 
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.step import DecodeInputs
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:
@@ -42,7 +52,11 @@ class DecodeGraphs:
         max_kv_tokens: int,
         scratch_slot: int,
         device: torch.device,
+        tables: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
+        """`tables`: the device request-to-slot table and the runner's last-token buffer;
+        with a backend whose graph states are planned on the device, the graphs then
+        build their own inputs (`run_decode`)."""
         self.model = model
         self.attn: Any = attn
         self.device = device
@@ -60,6 +74,17 @@ class DecodeGraphs:
         self.states: dict[int, Any] = {}
         self.batches: dict[int, ForwardBatch] = {}
         self.max_kv_tokens = max(max_kv_tokens, n)
+        self.tables = tables if getattr(attn, "device_planned_graphs", False) else None
+        self.staging: Any = None
+        if self.tables is not None:
+            from radixserve.runtime.step_fill import StepFillStaging  # imports triton
+
+            self.staging = StepFillStaging(cap=n, device=device)
+
+    @property
+    def device_inputs(self) -> bool:
+        """Whether decode steps build their inputs inside the graphs (`run_decode`)."""
+        return self.tables is not None
 
     def _static_batch(self, bs: int) -> ForwardBatch:
         return ForwardBatch(
@@ -83,21 +108,63 @@ class DecodeGraphs:
             batch = self._static_batch(bs)
             self.attn.plan_cuda_graph(state, batch)
             with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up (lazy inits, autotuning) outside the graph
+                for _ in range(2):  # warm up (lazy inits, autotuning, Triton builds) outside the graph
+                    self._fill(bs, state)
                     self.model(batch, self.attn)
             stream.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
+                self._fill(bs, state)
                 self.logits[bs] = self.model(batch, self.attn)
             self.graphs[bs] = graph
             self.states[bs] = state
             self.batches[bs] = batch
         torch.cuda.synchronize(self.device)
 
+    def _fill(self, bs: int, state: Any) -> None:
+        """The graph's first kernel in device-input mode: the step's inputs from the staging
+        buffer (before the first upload it holds zero requests: every row is padding)."""
+        if self.tables is None:
+            return
+        from radixserve.runtime.step_fill import step_fill
+
+        table, last_tokens = self.tables
+        step_fill(
+            self.staging.device_buf,
+            self.max_bs,
+            last_tokens,
+            table,
+            self.input_ids[:bs],
+            self.positions[:bs],
+            self.out_slots[:bs],
+            state.kv_indptr,
+            state.kv_indices,
+            self.scratch,
+        )
+
+    def can_run_decode(self, inp: DecodeInputs) -> bool:
+        """A plain decode step that `run_decode` can take (device-input mode only)."""
+        b = inp.batch_size
+        return (
+            self.tables is not None
+            and inp.cascade is None
+            and 0 < b <= self.max_bs
+            and int(inp.prefix_lens.sum()) + self.max_bs <= self.max_kv_tokens
+        )
+
+    def run_decode(self, inp: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits `[B, vocab]` and the rows (device int64) of a decode step: one copy, one replay."""
+        b = inp.batch_size
+        bs = next(s for s in self.sizes if s >= b)
+        self.staging.upload(inp)
+        self.graphs[bs].replay()
+        return self.logits[bs][:b], self.staging.rows[:b]
+
     def can_run(self, fb: ForwardBatch) -> bool:
         # Cascade (shared-prefix) steps run eagerly: their level sizes (groups, prefix
         # lengths) change the kernels' launch shapes, which a fixed graph cannot follow.
-        return fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None and fb.cascade is None
+        # In device-input mode the graphs read the staging buffer, so only run_decode runs them.
+        return self.tables is None and fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None and fb.cascade is None
 
     def run(self, fb: ForwardBatch) -> torch.Tensor:
         """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""

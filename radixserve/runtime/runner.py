@@ -116,7 +116,10 @@ class ModelRunner:
         """Capture decode graphs (CUDA and a graph-capable backend only); True if done."""
         if self.stream is None or not supports_graphs(self.attn):
             return False
-        self.graphs = DecodeGraphs(self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device)
+        tables = None if self.slot_table is None else (self.slot_table, self.last_tokens)
+        self.graphs = DecodeGraphs(
+            self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device, tables
+        )
         self.graphs.capture(self.stream)
         return True
 
@@ -147,6 +150,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if step.decode is not None and self.graphs is not None and self.graphs.can_run_decode(step.decode):
+            return self.graphs.run_decode(step.decode)  # inputs built inside the graph
         if step.decode is not None:
             if self.slot_table is None:
                 raise RuntimeError("a decode step needs the slot_table (ReqToSlotTable.device_table)")
