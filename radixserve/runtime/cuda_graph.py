@@ -164,7 +164,8 @@ class DecodeGraphs:
         # Cascade (shared-prefix) steps run eagerly: their level sizes (groups, prefix
         # lengths) change the kernels' launch shapes, which a fixed graph cannot follow.
         # In device-input mode the graphs read the staging buffer, so only run_decode runs them.
-        return self.tables is None and fb.is_decode and fb.batch_size <= self.max_bs and fb.logit_rows is None and fb.cascade is None
+        plain = fb.is_decode and fb.logit_rows is None and fb.cascade is None
+        return self.tables is None and plain and fb.batch_size <= self.max_bs
 
     def run(self, fb: ForwardBatch) -> torch.Tensor:
         """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""
