@@ -68,7 +68,8 @@ def _inputs(case: Case, rng: random.Random) -> tuple[DecodeInputs, torch.Tensor,
     slots = rng.sample(range(SCRATCH), case.n)
     ids = [rng.choice([-1, rng.randrange(1000)]) for _ in rows]
     ids[0] = -1  # every case takes at least one id from the device
-    inp = DecodeInputs(*(np.array(a, dtype=np.int64) for a in (rows, prefix, slots, ids)))
+    rows_a, prefix_a, slots_a, ids_a = (np.array(a, dtype=np.int64) for a in (rows, prefix, slots, ids))
+    inp = DecodeInputs(rows=rows_a, prefix_lens=prefix_a, out_slots=slots_a, input_ids=ids_a)
     table = torch.randint(0, SCRATCH, (case.cap, MAX_CONTEXT), dtype=torch.int32)
     last = torch.randint(0, 1000, (case.cap,), dtype=torch.int64)
     return inp, table, last
@@ -118,7 +119,7 @@ def _kernel(
         "kv_indptr": torch.full((bs + 1,), -5, dtype=torch.int32),
         "kv_indices": torch.full((total + 9,), -5, dtype=torch.int32),
     }
-    step_fill(packed, case.cap, last, table, *out.values(), scratch=SCRATCH, block=case.block)  # type: ignore[arg-type]
+    step_fill(packed, case.cap, last, table, **out, scratch=SCRATCH, block=case.block)
     assert torch.all(out["kv_indices"][total:] == -5), "wrote past the step's context"
     out["kv_indices"] = out["kv_indices"][:total]
     return {**out, "table": table, "rows": staging.rows[: case.n]}
