@@ -1,17 +1,15 @@
 """Cases for the one-launch decode fill (radixserve/runtime/step_fill.py) against the torch path.
 
-A script: `TRITON_INTERPRET=1 python step_fill_cases.py` runs the kernel on the CPU and prints
-one JSON object: per case, the fields where it differs from `build_decode_batch` followed by
-`DecodeGraphs.run`'s padding (empty: equal). tests/runtime/test_step_fill.py runs it in a
-subprocess so that the interpreter flag never reaches the test process.
+`run_step_fill_cases` runs the kernel on the CPU under TRITON_INTERPRET=1 and returns, per
+case, the fields where it differs from `build_decode_batch` followed by `DecodeGraphs.run`'s
+padding (empty: equal). The tests run it in a subprocess (interpreted_cases.py) so that the
+interpreter flag never reaches the test process.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -125,7 +123,7 @@ def _kernel(
     return {**out, "table": table, "rows": staging.rows[: case.n]}
 
 
-def run_cases(seed: int) -> dict[str, list[str]]:
+def run_step_fill_cases(seed: int) -> dict[str, list[str]]:
     assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -140,8 +138,3 @@ def run_cases(seed: int) -> dict[str, list[str]]:
             if g.dtype != want[k].dtype or g.shape != want[k].shape or not torch.equal(g, want[k])
         ]
     return diffs
-
-
-if __name__ == "__main__":
-    seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
-    print(json.dumps({"seed": seed, "diffs": run_cases(seed)}))
