@@ -36,14 +36,23 @@ the sampler can take as the step's device rows.
 Use from `DecodeGraphs` (CUDA only: importing this module imports triton):
 
     staging = StepFillStaging(cap=max_bs, device=device)           # once
-    step_fill(staging.device_buf, cap, last_tokens, table,         # captured in graph bs,
-              input_ids[:bs], positions[:bs], out_slots[:bs],      # on the static buffers
-              kv_indptr[:bs + 1], kv_indices, scratch)
-    ...
-    staging.upload(decode_inputs)  # per step, before replaying graph bs (same stream)
+    kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
+    kv_indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=device)
+    fill = lambda bs: step_fill(                                   # per graph size bs:
+        staging.device_buf, max_bs, last_tokens, table,            # call it in the warm-up
+        input_ids[:bs], positions[:bs], out_slots[:bs],            # (the first call compiles),
+        kv_indptr[: bs + 1], kv_indices, scratch)                  # then inside the capture,
+                                                                   # before the model
+    staging.upload(decode_inputs)  # per step, then replay graph bs (on the replay stream)
 
-`kv_indices` must hold `sum(prefix_lens) + bs` entries (the graph's
-`max_kv_tokens`); the kernel cannot check it without a host read.
+`table` is `ReqToSlotTable.device_table` and `last_tokens` the runner's buffer, both at
+fixed addresses already. `kv_indices` must hold `sum(prefix_lens) + bs` entries (the
+graph's `max_kv_tokens`); the kernel cannot check it without a host read. With FlashInfer,
+`kv_indptr`/`kv_indices` can be the graph state's own buffers (`state.indptr`,
+`state.indices`), which its decode kernel reads; its plan still runs on the host from
+`prefix_lens` padded with zeros, as now (its copies into those buffers write the same values).
+`staging.rows[:n]` is valid as the step's rows until the next upload is queued (stream
+order: the worker samples step k before it launches step k + 1).
 """
 
 from __future__ import annotations
