@@ -101,37 +101,41 @@ def _reference(case: Case, inp: DecodeInputs, table: torch.Tensor, last: torch.T
 
 
 def _kernel(
-    case: Case, bs: int, inp: DecodeInputs, table: torch.Tensor, last: torch.Tensor
+    case: Case, bs: int, inp: DecodeInputs, table: torch.Tensor, last: torch.Tensor, device: torch.device
 ) -> dict[str, Any]:
     from radixserve.runtime.step_fill import StepFillStaging, step_fill
 
-    staging = StepFillStaging(case.cap, torch.device("cpu"))
+    staging = StepFillStaging(case.cap, device)
     staging.device_buf.fill_(-7)  # stale entries beyond n must not matter
     packed = staging.upload(inp)
     total = int(inp.prefix_lens.sum()) + bs
     # Buffers prefilled with garbage, larger than needed, as a graph's static buffers are.
     out = {
-        "input_ids": torch.full((bs,), -5, dtype=torch.int64),
-        "positions": torch.full((bs,), -5, dtype=torch.int64),
-        "out_slots": torch.full((bs,), -5, dtype=torch.int64),
-        "kv_indptr": torch.full((bs + 1,), -5, dtype=torch.int32),
-        "kv_indices": torch.full((total + 9,), -5, dtype=torch.int32),
+        "input_ids": torch.full((bs,), -5, dtype=torch.int64, device=device),
+        "positions": torch.full((bs,), -5, dtype=torch.int64, device=device),
+        "out_slots": torch.full((bs,), -5, dtype=torch.int64, device=device),
+        "kv_indptr": torch.full((bs + 1,), -5, dtype=torch.int32, device=device),
+        "kv_indices": torch.full((total + 9,), -5, dtype=torch.int32, device=device),
     }
+    table, last = table.to(device), last.to(device)
     step_fill(packed, case.cap, last, table, **out, scratch=SCRATCH, block=case.block)
     assert torch.all(out["kv_indices"][total:] == -5), "wrote past the step's context"
     out["kv_indices"] = out["kv_indices"][:total]
-    return {**out, "table": table, "rows": staging.rows[: case.n]}
+    got = {**out, "table": table, "rows": staging.rows[: case.n]}
+    return {k: v.cpu() for k, v in got.items()}
 
 
-def run_step_fill_cases(seed: int) -> dict[str, list[str]]:
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+def run_step_fill_cases(seed: int, device: str = "cpu") -> dict[str, list[str]]:
+    """CPU: under TRITON_INTERPRET=1; CUDA: the compiled kernel (`-m gpu`)."""
+    if device == "cpu":
+        assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
     rng = random.Random(seed)
     torch.manual_seed(seed)
     diffs: dict[str, list[str]] = {}
     for case in CASES:
         inp, table, last = _inputs(case, rng)
         want = _reference(case, inp, table.clone(), last)
-        got = _kernel(case, want["bs"], inp, table.clone(), last)
+        got = _kernel(case, want["bs"], inp, table.clone(), last, torch.device(device))
         diffs[case.name] = [
             k
             for k, g in got.items()
