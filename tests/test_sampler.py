@@ -1,11 +1,13 @@
-"""The sampler on its own: bitmask, greedy rows in mixed batches, seeds, penalties."""
+"""The sampler on its own: bitmask, greedy rows in mixed batches, seeds, penalties, the
+all-greedy fast path (bf16 logits, ties) and which rows count as non-finite."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import xgrammar
 
-from radixserve.runtime.sampler import Sampler, SamplingInputs
+from radixserve.runtime.sampler import INVALID_TOKEN, Sampler, SamplingInputs
 from radixserve.sampling_params import SamplingParams
 
 V = 100
@@ -39,6 +41,40 @@ def test_greedy_rows_take_the_argmax_in_a_sampled_batch() -> None:
     )
     out = sampler(logits, inp).next_ids
     assert out[0] == logits[0].argmax() and out[2] == logits[2].argmax()
+
+
+def test_all_greedy_bf16_logits_take_the_first_of_tied_maxima() -> None:
+    logits = torch.randn(4, V + 28).to(torch.bfloat16)  # padded vocabulary: columns >= V ignored
+    logits[0, 10] = logits[0, 60] = 50.0  # a tie: the first index wins
+    logits[1, V + 3] = 99.0  # beyond the vocabulary
+    logits[2, 5:9] = 50.0
+    sampler = Sampler(V, 4, torch.device("cpu"))
+    out = sampler(logits, inputs([SamplingParams(temperature=0)] * 4)).next_ids
+    assert out.dtype == torch.int64
+    assert out.tolist() == logits[:, :V].float().argmax(dim=-1).tolist()
+    assert out[0] == 10 and out[2] == 5
+
+
+FAULT_PATHS = {
+    "greedy": SamplingParams(temperature=0),
+    "greedy_logprobs": SamplingParams(temperature=0, logprobs=True),
+    "sampled": SamplingParams(temperature=1.0, seed=3),
+}
+
+
+@pytest.mark.parametrize("path", FAULT_PATHS)
+def test_non_finite_rows_are_invalid_but_a_minus_inf_entry_is_not(path: str) -> None:
+    logits = torch.randn(5, V)
+    logits[1, 7] = float("nan")
+    logits[2, 7] = float("inf")
+    logits[3] = float("-inf")
+    logits[4, ::2] = float("-inf")  # probability 0 for every even id; the rest is a fine row
+    sampler = Sampler(V, 5, torch.device("cpu"))
+    out = sampler(logits, inputs([FAULT_PATHS[path]] * 5)).next_ids.tolist()
+    assert out[1:4] == [INVALID_TOKEN] * 3
+    assert out[0] >= 0 and out[4] >= 0 and out[4] % 2 == 1
+    if path != "sampled":
+        assert out[0] == logits[0].argmax() and out[4] == logits[4].argmax()
 
 
 def test_seeded_draws_ignore_the_rest_of_the_batch() -> None:

@@ -1,7 +1,8 @@
 """Batched sampling on the device.
 
 One call turns the logits of the requests that sample this step into next
-token ids, without a host sync: greedy rows take the argmax; others apply
+token ids, without a host sync: greedy rows take the argmax (an all-greedy
+step without logit edits is one max over the logits in their own dtype); others apply
 temperature, top-k, top-p and min-p, then draw with the exponential race
 (argmax of p / Exp(1) noise), which is a draw from p. A request with a seed
 draws its noise from its own generator seeded by (seed, output index), so its
@@ -19,6 +20,8 @@ handled one by one.
 Penalties keep per-row counts on the device ([rows, vocab]), allocated the
 first time a request asks for one and updated after every draw. The optional
 vocabulary bitmask (structured output) is applied with xgrammar's kernel.
+A row whose model logits have a NaN, a +inf or no finite entry (its max is
+not finite) gets INVALID_TOKEN, and the scheduler aborts that request alone.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from radixserve.runtime.host import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15
-INVALID_TOKEN = -1  # next id of a row whose logits were NaN/inf
+INVALID_TOKEN = -1  # next id of a row whose logits' max was NaN or +-inf (`_mark_invalid`)
 
 # What a row's parameters ask of the sampler; a step ORs them over its rows.
 SAMPLED, TOP_K_P, MIN_P, PENALTIES, LOGPROBS, BIAS, SEED, MIN_TOKENS = (1 << i for i in range(8))
@@ -165,14 +168,12 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, inp: SamplingInputs, rows: torch.Tensor | None = None
     ) -> SampleOutput:
-        """logits `[n, vocab]` float32, one row per sampling request, in `inp` order;
+        """logits `[n, >= vocab]` (any float dtype), one row per sampling request, in `inp` order;
         `rows`: `inp.rows` already on the device (a decode step has them), else copied."""
         if rows is None:
             rows = to_device(inp.rows, torch.int64, self.device)
         if inp.init:
             self._write_rows(inp.init)
-        logits = logits[:, : self.vocab_size].float()
-        raw = logits
         penalized = inp.penalized if inp.flags & PENALTIES else None
         if inp.penalty_init or penalized is not None:
             self._ensure_penalty_state()
@@ -181,7 +182,15 @@ class Sampler:
             self._seen[row].zero_()  # type: ignore[index]
             if seen_ids:
                 self._seen[row, to_device(seen_ids, torch.int64, self.device)] = True  # type: ignore[index]
-        if penalized is not None or inp.suppress or inp.bias or inp.bitmask is not None:
+        edits = bool(penalized is not None or inp.suppress or inp.bias or inp.bitmask is not None)
+        if inp.all_greedy and not edits and not inp.want_logprobs:
+            # The common step: one reduction over the logits in their own dtype (bf16 -> f32
+            # is exact, so the argmax is the same; max(dim) returns the first of tied maxima).
+            values, next_ids = logits[:, : self.vocab_size].max(dim=-1)
+            return SampleOutput(next_ids=_mark_invalid(next_ids, values), rows=rows)
+        logits = logits[:, : self.vocab_size].float()
+        raw = logits
+        if edits:
             logits = logits.clone()
         pen_sel = pen_rows = None
         if penalized is not None and len(penalized):
@@ -221,9 +230,7 @@ class Sampler:
             out.logprobs = lp.gather(1, next_ids[:, None])[:, 0]
             if inp.top_logprobs:
                 out.top_logprobs, out.top_ids = lp.topk(inp.top_logprobs, dim=-1)
-        # A row whose model logits are not finite gets id -1 (no extra sync: it rides on
-        # the step's one copy); the scheduler aborts that request alone.
-        out.next_ids = torch.where(torch.isfinite(raw).all(dim=-1), next_ids, INVALID_TOKEN)
+        out.next_ids = _mark_invalid(next_ids, raw.max(dim=-1).values)
         return out
 
     def _sample(self, logits: torch.Tensor, inp: SamplingInputs, rows: torch.Tensor) -> torch.Tensor:
@@ -259,6 +266,14 @@ class Sampler:
         sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
         sub = sub - freq * counts - pres * (counts > 0).float()
         logits[sel] = sub
+
+
+def _mark_invalid(next_ids: torch.Tensor, row_max: torch.Tensor) -> torch.Tensor:
+    """INVALID_TOKEN where a row's model logits are broken: its max is NaN (NaN propagates
+    through max), +inf, or -inf (every entry -inf). A -inf entry in an otherwise finite row is
+    probability 0, not a fault. No extra sync: the ids ride on the step's one copy, and the
+    scheduler aborts that request alone."""
+    return torch.where(torch.isfinite(row_max), next_ids, INVALID_TOKEN)
 
 
 def _top_k_top_p(probs: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

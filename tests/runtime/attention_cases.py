@@ -1,17 +1,15 @@
 """Shared cases for the attention backend tests: random batches over a KV pool
 and the relative error of a backend against the torch reference.
 
-Also a script: `TRITON_INTERPRET=1 python attention_cases.py` runs the Triton
-backend on the CPU over `CPU_CASES` and prints one JSON object of errors.
-The tests run it in a subprocess so that the interpreter flag (read when
-triton kernels are defined) never reaches the test process.
+`run_triton_cpu_cases` runs the Triton backend on the CPU over `CPU_CASES`
+under TRITON_INTERPRET=1; the tests run it in a subprocess (interpreted_cases.py)
+so that the interpreter flag (read when triton kernels are defined) never
+reaches the test process.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -195,10 +193,3 @@ def run_triton_cascade_cases() -> dict[str, dict[str, float]]:
         got["prefix_splits"] = backend._cascade.prefix_splits  # type: ignore[attr-defined]
         results[name] = got
     return results
-
-
-if __name__ == "__main__":
-    seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    out = {"seed": seed, "results": run_triton_cpu_cases(), "cascade": run_triton_cascade_cases()}
-    print(json.dumps(out))

@@ -9,7 +9,6 @@ decode path.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -113,19 +112,7 @@ def test_torch_mixed_step_equals_each_request_alone(case: Case) -> None:
 # --- Triton kernels on the CPU (interpreter) ----------------------------------
 
 
-@pytest.fixture(scope="module")
-def triton_cpu_results() -> dict:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "attention_cases.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+# `triton_cpu_results`: tests/runtime/conftest.py (one interpreter subprocess per session).
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c.name for c in CPU_CASES])

@@ -1,0 +1,26 @@
+"""Every Triton kernel case on the CPU, in one interpreter process.
+
+`TRITON_INTERPRET=1 python interpreted_cases.py [seed]` runs the attention cases
+(attention_cases.py, cascade included) and the decode-fill cases (step_fill_cases.py) and prints one JSON
+object. tests/runtime/conftest.py runs it once per session in a subprocess, so that the flag
+(read when triton defines the kernels) never reaches the test process and the interpreter
+starts once for both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+from attention_cases import run_triton_cascade_cases, run_triton_cpu_cases
+from step_fill_cases import run_step_fill_cases
+
+if __name__ == "__main__":
+    seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    results = run_triton_cpu_cases()
+    cascade = run_triton_cascade_cases()
+    out = {"seed": seed, "results": results, "cascade": cascade, "step_fill": run_step_fill_cases(seed)}
+    print(json.dumps(out))
