@@ -27,6 +27,8 @@ def _setup(cfg: object) -> tuple[KVPool, ReqToSlotTable, object]:
     device = torch.device("cuda")
     pool = KVPool(cfg.kv_pool_config(torch.bfloat16, device), SLOTS + 1)  # type: ignore[attr-defined]
     table = ReqToSlotTable(MAX_BS, CONTEXT, device=device)
+    for _ in range(MAX_BS):  # every row in use (rows are written only once allocated)
+        table.alloc_row()
     attn = make_attention_backend(
         "flashinfer",
         pool,
