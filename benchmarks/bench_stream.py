@@ -75,7 +75,7 @@ def _thread_cpu(thread: threading.Thread) -> float:
 
 
 def child(
-    n: int, max_tokens: int, step_ms: float, rounds: int, switch_ms: float | None
+    n: int, max_tokens: int, step_ms: float, rounds: int, switch_ms: float | None, interval: int | None
 ) -> list[dict[str, Any]]:
     from radixserve import AsyncEngine, EngineConfig, SamplingParams
 
@@ -83,7 +83,9 @@ def child(
         sys.setswitchinterval(switch_ms / 1e3)
 
     async def run() -> list[dict[str, Any]]:
-        engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", max_running_requests=n))
+        # A base tree without the option runs with its own behaviour (interval None).
+        extra = {} if interval is None else {"stream_interval": interval}
+        engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", max_running_requests=n, **extra))
         async with engine:
             tok = engine.tokenizer
             text_ids = tok.encode(
@@ -135,6 +137,7 @@ def child(
             "max_tokens": m,
             "step_ms": step_ms,
             "switch_interval_ms": sys.getswitchinterval() * 1e3,
+            "stream_interval": interval,
             "load_1min": os.getloadavg()[0],
             "tokens": toks,
             "tok_s": toks / wall,
@@ -146,11 +149,22 @@ def child(
     return asyncio.run(run())
 
 
-def run_tree(tree: Path, args: argparse.Namespace, switch_ms: float | None) -> list[dict[str, Any]]:
+def run_tree(
+    tree: Path, args: argparse.Namespace, switch_ms: float | None, interval: int | None
+) -> list[dict[str, Any]]:
     cmd = [sys.executable, __file__, "--child", "--requests", str(args.requests)]
-    cmd += ["--max-tokens", str(args.max_tokens), "--step-ms", str(args.step_ms), "--rounds", str(args.rounds)]
+    cmd += [
+        "--max-tokens",
+        str(args.max_tokens),
+        "--step-ms",
+        str(args.step_ms),
+        "--rounds",
+        str(args.rounds),
+    ]
     if switch_ms is not None:
         cmd += ["--switch-interval", str(switch_ms)]
+    if interval is not None:
+        cmd += ["--stream-interval", str(interval)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return list(json.loads(out.strip().splitlines()[-1]))
@@ -177,23 +191,32 @@ def main() -> None:
         help="CPython's GIL switch interval in ms, set in the child before the engine starts; "
         "a comma-separated list runs one child per value (default: the interpreter's own)",
     )
+    ap.add_argument(
+        "--stream-interval",
+        help="EngineConfig.stream_interval of this tree; a comma-separated list runs one child per "
+        "value (the base tree runs with its own default)",
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/stream_cpu.json")
     args = ap.parse_args()
     switches: list[float | None] = list(_floats(args.switch_interval)) if args.switch_interval else [None]
+    intervals: list[int | None] = (
+        [int(v) for v in args.stream_interval.split(",")] if args.stream_interval else [None]
+    )
     if args.child:
-        rows = child(args.requests, args.max_tokens, args.step_ms, args.rounds, switches[0])
+        rows = child(args.requests, args.max_tokens, args.step_ms, args.rounds, switches[0], intervals[0])
         print(json.dumps(rows))
         return
     if args.quick:
         args.requests, args.max_tokens, args.rounds = 16, 16, 1
     env = environment()
     trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
-    runs = [(name, tree, sw) for sw in switches for name, tree in trees]
+    runs = [("base", trees[1][1], sw, None) for sw in switches] if args.base else []
+    runs += [("this", ROOT, sw, si) for sw in switches for si in intervals]
     results, table = [], []
-    for name, tree, sw in runs:
-        rows = run_tree(tree, args, sw)
+    for name, tree, sw, si in runs:
+        rows = run_tree(tree, args, sw, si)
         for r in rows:
             results.append(
                 record("stream_vs_complete", "fake runner (smollm2 tokenizer)", "-", "cpu", r, tree=name)
@@ -202,8 +225,9 @@ def main() -> None:
         for r in (c, s):
             cells = [r["tok_s"], r["loop_us_per_token"], r["worker_us_per_token"], r["outputs_per_token"]]
             ratio = s["tok_s"] / c["tok_s"] if r is s else None
-            table.append([name, r["mode"], r["step_ms"], r["switch_interval_ms"], *cells, ratio])
-    heads = ["tree", "mode", "step ms", "switch ms", "tok/s", "loop µs/token"]
+            row = [name, r["mode"], r["step_ms"], r["switch_interval_ms"], r["stream_interval"]]
+            table.append([*row, *cells, ratio])
+    heads = ["tree", "mode", "step ms", "switch ms", "stream interval", "tok/s", "loop µs/token"]
     heads += ["worker µs/token", "outputs/token", "stream/complete"]
     print(f"{args.requests} requests x {args.max_tokens} tokens; best of {args.rounds} rounds per mode;")
     print("thread CPU time per output token")

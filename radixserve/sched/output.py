@@ -26,7 +26,17 @@ def stop_rule(req: Request, tok: int) -> tuple[str | None, str | int | None]:
 
 
 def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:
-    """The output of this step: the new tokens and text, and everything so far."""
+    """The output of this step: the new tokens and text (with those held since the last
+    output), and everything so far."""
+    delta_lps: tuple[TokenLogprob, ...] = ()
+    if lp is not None:
+        req.logprobs.append(lp)
+        delta_lps = (lp,)
+    if req.unsent:
+        new = req.unsent + new
+        delta_lps = (*req.unsent_logprobs, *delta_lps)
+        req.unsent, req.unsent_logprobs = [], []
+    req.streamed = True
     detok = req.detok
     text = delta = ""
     if detok is not None:
@@ -34,8 +44,6 @@ def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bo
             detok.final_text()
         delta = detok.flush(final)
         text = detok.text[: detok.emitted]
-    if lp is not None:
-        req.logprobs.append(lp)
     return new_output(
         req.rid,
         req.index,
@@ -48,7 +56,7 @@ def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bo
         new_usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),
         req.stop_reason if final else None,
         tuple(req.logprobs) if req.logprobs else (),
-        (lp,) if lp is not None else (),
+        delta_lps,
         tuple(req.prompt_logprobs) if req.prompt_logprobs else (),
         req.error if final else None,
     )

@@ -116,8 +116,6 @@ def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
     new = [tok]
     if reason is None and req.grammar is not None:
         reason, stop_reason, new = grammar_step(sched, req, tok)
-    if req.unsent:  # forced before the first token (grammar.jump_at_start)
-        new, req.unsent = req.unsent + new, []
     if reason == "abort":
         return None  # its output is in the scheduler's aborted list
     if reason is not None:
@@ -126,6 +124,12 @@ def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
     if not req.stream:  # complete(): nobody reads the steps in between
         if lp is not None:
             req.logprobs.append(lp)
+        return None
+    if req.streamed and len(req.unsent) + len(new) < sched.cfg.stream_interval:
+        req.unsent = req.unsent + new  # the next output's deltas carry them
+        if lp is not None:
+            req.logprobs.append(lp)
+            req.unsent_logprobs.append(lp)
         return None
     return make_output(req, new, lp, final=False)
 

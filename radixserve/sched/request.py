@@ -65,7 +65,11 @@ class Request:
     discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
     jump_tokens: int = 0  # output tokens appended by jump-forward
     jump_discarded: int = 0  # in-flight tokens dropped because of a jump
-    unsent: list[int] = field(default_factory=list)  # forced before the first token, not yet in an output
+    # Output tokens not yet in an output: forced before the first token (grammar.jump_at_start),
+    # or held by `stream_interval`; the next output's deltas carry them.
+    unsent: list[int] = field(default_factory=list)
+    unsent_logprobs: list[Any] = field(default_factory=list)  # theirs, when asked
+    streamed: bool = False  # an output has been made (the first one is never held)
 
     @property
     def all_ids(self) -> list[int]:
