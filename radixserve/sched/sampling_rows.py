@@ -41,7 +41,9 @@ class SamplingRows:
         self.top_logprobs[req.row] = p.top_logprobs if p.logprobs else 0
         self.fresh[req.row] = True
         stop = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
-        quiet = not (req.stream or p.stop or p.logprobs or req.grammar is not None or req.unsent)
+        # A stream with stream_every > 1 is quiet too: process() makes its outputs every N tokens.
+        loud_stream = req.stream and req.stream_every == 1
+        quiet = not (loud_stream or p.stop or p.logprobs or req.grammar is not None)
         self.quiet[req.row] = quiet and len(stop) <= MAX_STOP_IDS
         self.stop_ids[req.row] = NO_ID
         self.stop_ids[req.row, : min(len(stop), MAX_STOP_IDS)] = stop[:MAX_STOP_IDS]
