@@ -107,6 +107,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--name", default="", help="file stem (default: h200 / gpu / suite_cpu, + _quick)")
     ap.add_argument("--w4-rates", default="", help="fixed W4 rates besides saturation, e.g. 4 (~70 s each)")
+    ap.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="EngineConfig.stream_interval of the engines (W1's streaming figure: an output every N tokens)",
+    )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -118,7 +124,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
-    target = make_target(args.device)
+    target = replace(make_target(args.device), stream_interval=args.stream_interval)
     if target.device == "cpu" and args.quick:
         torch.set_num_threads(1)  # tiny ops: OpenMP fork/join on a shared CPU costs more than it gives
     sizes = Sizes.quick() if args.quick else Sizes.full()
