@@ -1,9 +1,12 @@
 """After a step: its sampled tokens become request state and outputs (`Scheduler.process`).
 
-Most requests of a big decode step are *quiet*: nobody streams them, they
-have no stop strings, grammar or logprobs, so their step is one appended
-token and a length check, and no `RequestOutput` until they finish (their
-text is decoded lazily at the end, sched/detokenizer.py). For a decode step
+Most requests of a big decode step are *quiet*: nobody streams them (or
+they are streamed every `stream_interval` > 1 tokens), they have no stop
+strings, grammar or logprobs, so their step is one appended token and a
+length check, and no `RequestOutput` until they finish or their interval is
+up (their text is decoded lazily when read, sched/detokenizer.py). An
+output's deltas are everything since the request's previous output
+(`Request.sent_tokens`). For a decode step
 the stop-id and EOS checks of every row run over arrays first (the batch
 carries each row's stop ids, sched/sampling_rows.py); only the rows that hit
 one, produced an invalid id, or are not quiet take the full per-token path

@@ -10,7 +10,8 @@ flags picks the sampler's paths, and only the requests whose flags are rare
 another request is fresh again, so it never inherits the previous owner's state.
 
 For output processing (sched/process.py) a row also records whether its
-request is quiet (nobody streams it; no stop strings, grammar or logprobs)
+request is quiet (nobody streams it, or it is streamed every `stream_interval` > 1
+tokens; no stop strings, grammar or logprobs)
 and its stop ids (EOS unless ignored, and `stop_token_ids`), so a decode
 step checks every row's token against them in one array comparison.
 """
