@@ -64,7 +64,7 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
                 outputs.append(make_output(req, None, final=True))
             except Exception as e:  # noqa: BLE001 - one request's data fails it alone
                 sched.fail_request(req, e)
-        elif req.stream and n - req.sent_tokens >= req.stream_every:
+        elif req.stream and (n - req.sent_tokens >= req.stream_every or not req.sent_tokens):
             try:
                 outputs.append(make_output(req, None, final=False))
             except Exception as e:  # noqa: BLE001
