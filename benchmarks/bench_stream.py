@@ -17,6 +17,8 @@ compares this tree against another checkout in one run:
 
     python benchmarks/bench_stream.py --base /tmp/stream-base   # writes benchmarks/results/stream_cpu.json
     python benchmarks/bench_stream.py --quick                    # smaller, for a smoke run
+    python benchmarks/bench_stream.py --stream-interval 1,4,8    # EngineConfig.stream_interval, a child each
+    python benchmarks/bench_stream.py --switch-interval 5,0.5    # sys.setswitchinterval (ms) in the child
 
 On a GPU, the same effect through the real model is the suite's W1 streaming
 figure: `python benchmarks/gpu_suite.py --only w1`.
