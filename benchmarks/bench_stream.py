@@ -17,6 +17,8 @@ compares this tree against another checkout in one run:
 
     python benchmarks/bench_stream.py --base /tmp/stream-base   # writes benchmarks/results/stream_cpu.json
     python benchmarks/bench_stream.py --quick                    # smaller, for a smoke run
+    python benchmarks/bench_stream.py --stream-interval 1,4,8    # EngineConfig.stream_interval, a child each
+    python benchmarks/bench_stream.py --switch-interval 5,0.5    # sys.setswitchinterval (ms) in the child
 
 On a GPU, the same effect through the real model is the suite's W1 streaming
 figure: `python benchmarks/gpu_suite.py --only w1`.
@@ -74,11 +76,18 @@ def _thread_cpu(thread: threading.Thread) -> float:
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
-def child(n: int, max_tokens: int, step_ms: float, rounds: int) -> list[dict[str, Any]]:
+def child(
+    n: int, max_tokens: int, step_ms: float, rounds: int, switch_ms: float | None, interval: int | None
+) -> list[dict[str, Any]]:
     from radixserve import AsyncEngine, EngineConfig, SamplingParams
 
+    if switch_ms is not None:
+        sys.setswitchinterval(switch_ms / 1e3)
+
     async def run() -> list[dict[str, Any]]:
-        engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", max_running_requests=n))
+        # A base tree without the option runs with its own behaviour (interval None).
+        extra = {} if interval is None else {"stream_interval": interval}
+        engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", max_running_requests=n, **extra))
         async with engine:
             tok = engine.tokenizer
             text_ids = tok.encode(
@@ -129,6 +138,9 @@ def child(n: int, max_tokens: int, step_ms: float, rounds: int) -> list[dict[str
             "requests": len(prompts),
             "max_tokens": m,
             "step_ms": step_ms,
+            "switch_interval_ms": sys.getswitchinterval() * 1e3,
+            "stream_interval": interval,
+            "load_1min": os.getloadavg()[0],
             "tokens": toks,
             "tok_s": toks / wall,
             "loop_us_per_token": 1e6 * (c1 - c0) / toks,
@@ -139,7 +151,9 @@ def child(n: int, max_tokens: int, step_ms: float, rounds: int) -> list[dict[str
     return asyncio.run(run())
 
 
-def run_tree(tree: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_tree(
+    tree: Path, args: argparse.Namespace, switch_ms: float | None, interval: int | None
+) -> list[dict[str, Any]]:
     cmd = [sys.executable, __file__, "--child", "--requests", str(args.requests)]
     cmd += [
         "--max-tokens",
@@ -149,6 +163,10 @@ def run_tree(tree: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
         "--rounds",
         str(args.rounds),
     ]
+    if switch_ms is not None:
+        cmd += ["--switch-interval", str(switch_ms)]
+    if interval is not None:
+        cmd += ["--stream-interval", str(interval)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return list(json.loads(out.strip().splitlines()[-1]))
@@ -159,6 +177,10 @@ def best(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     return max((r for r in rows if r["mode"] == mode), key=lambda r: r["tok_s"])
 
 
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, help="the source tree to compare against (e.g. a main checkout)")
@@ -166,20 +188,37 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--step-ms", type=float, default=1.0, help="the stand-in device's time per step")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--switch-interval",
+        help="CPython's GIL switch interval in ms, set in the child before the engine starts; "
+        "a comma-separated list runs one child per value (default: the interpreter's own)",
+    )
+    ap.add_argument(
+        "--stream-interval",
+        help="EngineConfig.stream_interval of this tree; a comma-separated list runs one child per "
+        "value (the base tree runs with its own default)",
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/stream_cpu.json")
     args = ap.parse_args()
+    switches: list[float | None] = list(_floats(args.switch_interval)) if args.switch_interval else [None]
+    intervals: list[int | None] = (
+        [int(v) for v in args.stream_interval.split(",")] if args.stream_interval else [None]
+    )
     if args.child:
-        print(json.dumps(child(args.requests, args.max_tokens, args.step_ms, args.rounds)))
+        rows = child(args.requests, args.max_tokens, args.step_ms, args.rounds, switches[0], intervals[0])
+        print(json.dumps(rows))
         return
     if args.quick:
         args.requests, args.max_tokens, args.rounds = 16, 16, 1
     env = environment()
     trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
-    got = {name: run_tree(tree, args) for name, tree in trees}
+    runs = [("base", trees[1][1], sw, None) for sw in switches] if args.base else []
+    runs += [("this", ROOT, sw, si) for sw in switches for si in intervals]
     results, table = [], []
-    for name, rows in got.items():
+    for name, tree, sw, si in runs:
+        rows = run_tree(tree, args, sw, si)
         for r in rows:
             results.append(
                 record("stream_vs_complete", "fake runner (smollm2 tokenizer)", "-", "cpu", r, tree=name)
@@ -188,10 +227,12 @@ def main() -> None:
         for r in (c, s):
             cells = [r["tok_s"], r["loop_us_per_token"], r["worker_us_per_token"], r["outputs_per_token"]]
             ratio = s["tok_s"] / c["tok_s"] if r is s else None
-            table.append([name, r["mode"], r["requests"], r["max_tokens"], r["step_ms"], *cells, ratio])
-    heads = ["tree", "mode", "requests", "max_tokens", "step ms", "tok/s", "loop µs/token"]
+            row = [name, r["mode"], r["step_ms"], r["switch_interval_ms"], r["stream_interval"]]
+            table.append([*row, *cells, ratio])
+    heads = ["tree", "mode", "step ms", "switch ms", "stream interval", "tok/s", "loop µs/token"]
     heads += ["worker µs/token", "outputs/token", "stream/complete"]
-    print(f"best of {args.rounds} rounds per mode; thread CPU time per output token")
+    print(f"{args.requests} requests x {args.max_tokens} tokens; best of {args.rounds} rounds per mode;")
+    print("thread CPU time per output token")
     print_table(heads, table)
     trees_doc = {name: str(tree) for name, tree in trees}
     print(f"wrote {write_results(args.out, results, env, trees=trees_doc)}")

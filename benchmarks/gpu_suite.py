@@ -114,6 +114,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--name", default="", help="file stem (default: h200 / gpu / suite_cpu, + _quick)")
     ap.add_argument("--w4-rates", default="", help="fixed W4 rates besides saturation, e.g. 4 (~70 s each)")
+    ap.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="EngineConfig.stream_interval of the engines (W1's streaming figure: an output every N tokens)",
+    )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -138,7 +144,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
-    target = make_target(args.device)
+    target = replace(make_target(args.device), stream_interval=args.stream_interval)
     if args.set:
         target = replace(target, overrides=tuple(parse_override(kv) for kv in args.set))
     if target.device == "cpu" and args.quick:

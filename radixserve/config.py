@@ -32,6 +32,13 @@ class EngineConfig:
     # is prefill or decode; chunks and decode steps alternate).
     mixed_steps: bool = True
     max_running_requests: int = 256
+    # Tokens per streamed output, as SGLang's `--stream-interval`: `generate()` yields a
+    # request's first token at once, then an output every this many tokens and always the
+    # final one; the tokens and text in between come in the next output's deltas. Each output
+    # costs host work on the worker and on the event loop (about 50 µs per streamed token
+    # at 1, BENCHMARKS.md "Streaming against `complete()`"), which a fast GPU waits for;
+    # larger values trade smoothness for throughput. `complete()` is unaffected.
+    stream_interval: int = 1
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
     mem_fraction: float = 0.85  # GPU: share of free memory (after weights) for the KV pool
@@ -70,6 +77,7 @@ class EngineConfig:
             "page_size",
             "cascade_min_shared",
             "cascade_min_saved",
+            "stream_interval",
         ):
             v = getattr(self, name)
             if v is None and name == "chunked_prefill_size":
@@ -135,6 +143,7 @@ class EngineConfig:
             jump_forward_default=device != "cuda",
             hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
             mixed_steps=self.mixed_steps,
+            stream_interval=self.stream_interval,
             cascade_min_shared=self.cascade_min_shared if self.cascade_attention else 0,
             cascade_min_saved=self.cascade_min_saved,
         )

@@ -33,6 +33,7 @@ class Target:
     small: str  # model spec of the small model (host-bound on a GPU)
     large: str  # model spec of the large model (device-bound on a GPU)
     kv_cache_tokens: int | None = None  # None: from free GPU memory
+    stream_interval: int = 1  # EngineConfig.stream_interval of every engine (gpu_suite --stream-interval)
     # EngineConfig fields set for every engine of the run (gpu_suite.py --set), to compare settings.
     overrides: tuple[tuple[str, Any], ...] = ()
 
@@ -45,6 +46,8 @@ class Target:
         base["load_format"] = load_format(spec)
         if self.kv_cache_tokens is not None:
             base["kv_cache_tokens"] = self.kv_cache_tokens
+        if self.stream_interval != 1:
+            base["stream_interval"] = self.stream_interval
         base.update(self.overrides)
         base.update(kw)
         return EngineConfig(**base)

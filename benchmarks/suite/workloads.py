@@ -64,8 +64,17 @@ def w1(ctx: Ctx, spec: str) -> None:
         bound=BOUNDS.get(name),
         target=TARGETS.get(name),
     )
-    rec("W1", name, "radixserve streaming", "output_tok_s", streamed.tok_s, target=TARGETS.get(name))
-    rec("W1", name, "streaming/complete()", "ratio", streamed.tok_s / tps, target=0.9)
+    si = t.stream_interval
+    rec(
+        "W1",
+        name,
+        "radixserve streaming",
+        "output_tok_s",
+        streamed.tok_s,
+        target=TARGETS.get(name),
+        stream_interval=si,
+    )
+    rec("W1", name, "streaming/complete()", "ratio", streamed.tok_s / tps, target=0.9, stream_interval=si)
     for metric, xs in (("ttft", streamed.ttft), ("tbt", streamed.tbt)):
         p50, p99 = p50_p99_ms(xs)
         rec("W1", name, "radixserve streaming", f"{metric}_p50_ms", p50)

@@ -22,6 +22,9 @@ class SchedulerConfig:
     # process the step in flight before building one with a jump-forward request in it.
     # Overlap hides nothing there, and a jump then discards no in-flight token.
     hold_for_jumps: bool = False
+    # A streamed request gets an output every this many tokens (its first and last always);
+    # the tokens in between are carried by the next one (EngineConfig.stream_interval).
+    stream_interval: int = 1
     mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
     # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
     # requests must share to read it once (sched/cascade.py); 0 turns grouping off.

@@ -63,7 +63,9 @@ class Detokenizer:
             self._catch_up()
 
     def _catch_up(self) -> None:
-        """Decode the ids not decoded yet, one token at a time."""
+        """Decode the ids not decoded yet, one token at a time (a model without a tokenizer has no text)."""
+        if self.tok is None:
+            return
         while self._done < len(self.ids):
             self._done += 1
             prefix = self._decode(self.ids[self._prefix_offset : self._read_offset])

@@ -126,8 +126,7 @@ def jump_at_start(req: Request, tokenizer: Any) -> int:
         forced.pop()
     if not forced:
         return 0
-    req.output_ids.extend(forced)
-    req.unsent = forced  # the first output's delta_token_ids carry them
+    req.output_ids.extend(forced)  # the first output's delta_token_ids carry them
     if req.detok is not None:
         req.detok.add(forced)
     return len(forced)

@@ -25,8 +25,15 @@ def stop_rule(req: Request, tok: int) -> tuple[str | None, str | int | None]:
     return None, None
 
 
-def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bool) -> RequestOutput:
-    """The output of this step: the new tokens and text, and everything so far."""
+def make_output(req: Request, lp: TokenLogprob | None, final: bool) -> RequestOutput:
+    """An output of `req` (`lp`: its last token's logprob, if asked): the tokens, logprobs
+    and text since its previous output, and everything so far."""
+    if lp is not None:
+        req.logprobs.append(lp)
+    ids, lps = req.output_ids, req.logprobs
+    new = ids[req.sent_tokens :]
+    delta_lps = tuple(lps[req.sent_logprobs :]) if lps else ()
+    req.sent_tokens, req.sent_logprobs = len(ids), len(lps)
     detok = req.detok
     text = delta = ""
     if detok is not None:
@@ -34,21 +41,19 @@ def make_output(req: Request, new: list[int], lp: TokenLogprob | None, final: bo
             detok.final_text()
         delta = detok.flush(final)
         text = detok.text[: detok.emitted]
-    if lp is not None:
-        req.logprobs.append(lp)
     return new_output(
         req.rid,
         req.index,
         delta,
         tuple(new),
         text,
-        tuple(req.output_ids),
+        tuple(ids),
         final,
         req.finish_reason if final else None,
         new_usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),
         req.stop_reason if final else None,
-        tuple(req.logprobs) if req.logprobs else (),
-        (lp,) if lp is not None else (),
+        tuple(lps) if lps else (),
+        delta_lps,
         tuple(req.prompt_logprobs) if req.prompt_logprobs else (),
         req.error if final else None,
     )

@@ -1,9 +1,12 @@
 """After a step: its sampled tokens become request state and outputs (`Scheduler.process`).
 
-Most requests of a big decode step are *quiet*: nobody streams them, they
-have no stop strings, grammar or logprobs, so their step is one appended
-token and a length check, and no `RequestOutput` until they finish (their
-text is decoded lazily at the end, sched/detokenizer.py). For a decode step
+Most requests of a big decode step are *quiet*: nobody streams them (or
+they are streamed every `stream_interval` > 1 tokens), they have no stop
+strings, grammar or logprobs, so their step is one appended token and a
+length check, and no `RequestOutput` until they finish or their interval is
+up (their text is decoded lazily when read, sched/detokenizer.py). An
+output's deltas are everything since the request's previous output
+(`Request.sent_tokens`). For a decode step
 the stop-id and EOS checks of every row run over arrays first (the batch
 carries each row's stop ids, sched/sampling_rows.py); only the rows that hit
 one, produced an invalid id, or are not quiet take the full per-token path
@@ -58,8 +61,13 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
         if n >= req.params.max_tokens or len(req.prompt_ids) + n + req.pending >= req.max_context:
             sched.finish(req, "length")
             try:  # its lazy detokenization runs now
-                outputs.append(make_output(req, [tok], None, final=True))
+                outputs.append(make_output(req, None, final=True))
             except Exception as e:  # noqa: BLE001 - one request's data fails it alone
+                sched.fail_request(req, e)
+        elif req.stream and (n - req.sent_tokens >= req.stream_every or not req.sent_tokens):
+            try:
+                outputs.append(make_output(req, None, final=False))
+            except Exception as e:  # noqa: BLE001
                 sched.fail_request(req, e)
 
 
@@ -77,7 +85,7 @@ def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: li
         if not batch.sample[i]:
             if not req.finished and req.prefill_done and req.params.max_tokens == 0:
                 sched.finish(req, "length")
-                outputs.append(make_output(req, [], None, final=True))
+                outputs.append(make_output(req, None, final=True))
             continue
         tok = result.next_ids[j]
         lp = None
@@ -113,43 +121,42 @@ def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
     if req.detok is not None:
         req.detok.add([tok])
     reason, stop_reason = stop_rule(req, tok)
-    new = [tok]
     if reason is None and req.grammar is not None:
-        reason, stop_reason, new = grammar_step(sched, req, tok)
-    if req.unsent:  # forced before the first token (grammar.jump_at_start)
-        new, req.unsent = req.unsent + new, []
+        reason, stop_reason = grammar_step(sched, req, tok)
     if reason == "abort":
         return None  # its output is in the scheduler's aborted list
     if reason is not None:
         sched.finish(req, reason, stop_reason)
-        return make_output(req, new, lp, final=True)
+        return make_output(req, lp, final=True)
     if not req.stream:  # complete(): nobody reads the steps in between
         if lp is not None:
             req.logprobs.append(lp)
         return None
-    return make_output(req, new, lp, final=False)
+    if req.sent_tokens and len(req.output_ids) - req.sent_tokens < req.stream_every:
+        if lp is not None:  # held: the next output carries it (the first one goes at once)
+            req.logprobs.append(lp)
+        return None
+    return make_output(req, lp, final=False)
 
 
-def grammar_step(sched: Scheduler, req: Request, tok: int) -> tuple[str | None, str | int | None, list[int]]:
+def grammar_step(sched: Scheduler, req: Request, tok: int) -> tuple[str | None, str | int | None]:
     """Accept `tok`, then append what the grammar forces (jump-forward), with stop rules."""
     reason, stop_reason, error = grammar.accept(req, tok)
     if reason == "abort":
         sched.finish(req, "abort", error=error)
     if reason is not None:
-        return reason, stop_reason, [tok]
+        return reason, stop_reason
     discarded = req.jump_discarded
     forced = grammar.jump_forward(req, sched.tokenizer, sched.cfg.jump_forward_default)
     sched.jump_discarded += req.jump_discarded - discarded
-    new = [tok]
     if forced:
         req.jumped = True
     for f in forced:
         req.output_ids.append(f)
-        new.append(f)
         sched.jump_forward_tokens += 1
         if req.detok is not None:
             req.detok.add([f])
         reason, stop_reason = stop_rule(req, f)
         if reason is not None:
-            return reason, stop_reason, new
-    return None, None, new
+            return reason, stop_reason
+    return None, None

@@ -39,6 +39,7 @@ class Request:
     extra_key: str | None = None
     arrival: int = 0  # monotonically increasing submit order (FCFS tie-break)
     stream: bool = True  # False: the caller wants only the final output (complete())
+    stream_every: int = 1  # streamed: an output every this many tokens (EngineConfig.stream_interval)
 
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
@@ -65,7 +66,10 @@ class Request:
     discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
     jump_tokens: int = 0  # output tokens appended by jump-forward
     jump_discarded: int = 0  # in-flight tokens dropped because of a jump
-    unsent: list[int] = field(default_factory=list)  # forced before the first token, not yet in an output
+    # output_ids[:sent_tokens] and logprobs[:sent_logprobs] are in outputs already: the next
+    # output's deltas are the rest (forced tokens before the first one, tokens held by stream_every).
+    sent_tokens: int = 0
+    sent_logprobs: int = 0
 
     @property
     def all_ids(self) -> list[int]:

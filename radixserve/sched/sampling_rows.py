@@ -10,7 +10,8 @@ flags picks the sampler's paths, and only the requests whose flags are rare
 another request is fresh again, so it never inherits the previous owner's state.
 
 For output processing (sched/process.py) a row also records whether its
-request is quiet (nobody streams it; no stop strings, grammar or logprobs)
+request is quiet (nobody streams it, or it is streamed every `stream_interval` > 1
+tokens; no stop strings, grammar or logprobs)
 and its stop ids (EOS unless ignored, and `stop_token_ids`), so a decode
 step checks every row's token against them in one array comparison.
 """
@@ -41,7 +42,9 @@ class SamplingRows:
         self.top_logprobs[req.row] = p.top_logprobs if p.logprobs else 0
         self.fresh[req.row] = True
         stop = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
-        quiet = not (req.stream or p.stop or p.logprobs or req.grammar is not None or req.unsent)
+        # A stream with stream_every > 1 is quiet too: process() makes its outputs every N tokens.
+        loud_stream = req.stream and req.stream_every == 1
+        quiet = not (loud_stream or p.stop or p.logprobs or req.grammar is not None)
         self.quiet[req.row] = quiet and len(stop) <= MAX_STOP_IDS
         self.stop_ids[req.row] = NO_ID
         self.stop_ids[req.row, : min(len(stop), MAX_STOP_IDS)] = stop[:MAX_STOP_IDS]

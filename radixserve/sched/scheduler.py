@@ -91,12 +91,14 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         p = req.params
+        req.stream_every = self.cfg.stream_interval
         req.detok = Detokenizer(
             self.tokenizer,
             p.stop,
             p.include_stop_str_in_output,
             p.skip_special_tokens,
-            lazy=not req.stream,
+            # Text read only at the end or every few tokens is decoded when read (same text).
+            lazy=not req.stream or req.stream_every > 1,
             ids=req.output_ids,  # lazy: reads the outputs as they are appended
         )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
@@ -323,10 +325,10 @@ class Scheduler:
             self.running.remove(req)
         if reason == "abort":
             try:
-                out = make_output(req, [], None, final=True)
+                out = make_output(req, None, final=True)
             except Exception:  # noqa: BLE001 - its (lazy) detokenization failed: the abort carries no text
                 req.detok = None
-                out = make_output(req, [], None, final=True)
+                out = make_output(req, None, final=True)
             self._aborted.append(out)
 
     # ---- after a step --------------------------------------------------------------------

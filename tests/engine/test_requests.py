@@ -10,7 +10,7 @@ import torch
 
 from radixserve import AsyncEngine, Engine, EngineDeadError, SamplingParams
 
-from .conftest import engine_config, hf_greedy, run
+from .conftest import engine_config, hf_greedy, run, with_engine
 
 CHAT = [{"role": "user", "content": "Say hello."}]
 
@@ -319,3 +319,34 @@ def test_complete_is_detokenized_at_the_end_with_the_streamed_text(engine: Engin
         assert mine[-1].finished and ids == list(mine[-1].token_ids) == list(done.token_ids)
         assert [lp.token_id for o in mine for lp in o.delta_logprobs] == ids
         assert "".join(o.delta_text for o in mine) == mine[-1].text == done.text
+
+
+def test_stream_interval_groups_tokens_and_keeps_every_one(tokenizer: Any, hf_model: Any) -> None:
+    """`stream_interval=4`: the first token at once, then outputs of 4 tokens, the final one always;
+    the held tokens, text and logprobs arrive in the next output, stop strings still cut."""
+    with pytest.raises(ValueError, match="stream_interval"):
+        engine_config(stream_interval=0)
+    ids = tokenizer.encode("The quick brown fox")
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=True)
+
+    async def body(engine: AsyncEngine) -> None:
+        async def stream(params: SamplingParams) -> list[Any]:
+            return [o async for o in engine.generate(ids, params)]
+
+        full = await engine.complete(ids, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+        stop = full.text.split()[2]
+        cut = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, stop=[stop])
+        outs, cut_outs = await asyncio.gather(stream(greedy), stream(cut))
+        assert list(full.token_ids) == hf_greedy(hf_model, ids, 10)
+        # A reader that falls behind may get outputs merged, never split: sizes 1, 4, 4, ...
+        assert all(len(o.token_ids) % 4 == 1 for o in outs[:-1]) and len(outs) <= 4
+        assert (
+            [t for o in outs for t in o.delta_token_ids] == list(outs[-1].token_ids) == list(full.token_ids)
+        )
+        assert [lp.token_id for o in outs for lp in o.delta_logprobs] == list(full.token_ids)
+        assert "".join(o.delta_text for o in outs) == outs[-1].text == full.text
+        assert cut_outs[-1].finish_reason == "stop" and cut_outs[-1].stop_reason == stop
+        assert [t for o in cut_outs for t in o.delta_token_ids] == list(cut_outs[-1].token_ids)
+        assert "".join(o.delta_text for o in cut_outs) == full.text[: full.text.index(stop)]
+
+    run(with_engine, engine_config(stream_interval=4), body)

@@ -95,3 +95,29 @@ def test_spec_as_path_or_with_user_home(tiny: Any, monkeypatch: pytest.MonkeyPat
     loaded = load_model(f"~/{Path(folder).name}")
     assert loaded.config.num_layers == 2
     assert load_model(Path(folder)).path == str(folder)
+
+
+def test_engine_without_a_tokenizer_streams_ids(tmp_path: Path, helpers: Any) -> None:
+    """A checkpoint without tokenizer files: ids in, ids out, no text; `complete()` and a stream
+    with `stream_interval` end with "length" and transformers' greedy tokens (not an abort)."""
+    import asyncio
+
+    from radixserve import AsyncEngine, EngineConfig, SamplingParams
+
+    hf = helpers.make_tiny_checkpoint("llama-tied-bias", tmp_path)
+    prompt = _prompt(7, seed=3)
+    ref = helpers.hf_greedy(hf, prompt, 9)
+    params = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
+
+    async def main() -> tuple[Any, list[Any]]:
+        async with AsyncEngine(EngineConfig(model=str(tmp_path), device="cpu", stream_interval=4)) as engine:
+            done = await engine.complete(prompt, params)
+            outs = [o async for o in engine.generate(prompt, params)]
+            await engine.check_integrity()
+            return done, outs
+
+    done, outs = asyncio.run(main())
+    assert done.finish_reason == "length" and done.error is None and list(done.token_ids) == ref
+    assert done.text == "" and list(done.delta_token_ids) == ref  # complete(): one output, every token
+    assert outs[-1].finish_reason == "length" and [t for o in outs for t in o.delta_token_ids] == ref
+    assert all(len(o.token_ids) % 4 == 1 for o in outs[:-1])
