@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from radixserve.runtime.attention import triton_kernels as tk
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
@@ -102,28 +103,25 @@ def _prefix_split_kernel(
         offs_n = start + tl.arange(0, BLOCK_N)
         n_mask = offs_n < hi
         slots = tl.load(prefix_indices + p_start + offs_n, mask=n_mask, other=0).to(tl.int64)
-        k = tl.load(
-            K + slots[None, :] * stride_kn + hk * stride_kh + offs_d[:, None],
-            mask=n_mask[None, :] & d_mask[:, None],
-            other=0.0,
+        m_i, l_i, acc = attend_tile(
+            q,
+            K + hk * stride_kh,
+            V + hk * stride_vh,
+            slots,
+            n_mask,
+            n_mask[None, :],
+            stride_kn,
+            stride_vn,
+            offs_d,
+            d_mask,
+            sm_scale_log2,
+            m_i,
+            l_i,
+            acc,
+            DOT_PRECISION,
         )
-        qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-        qk = tl.where(n_mask[None, :], qk * sm_scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V + slots[:, None] * stride_vn + hk * stride_vh + offs_d[None, :],
-            mask=n_mask[:, None] & d_mask[None, :],
-            other=0.0,
-        )
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
 
-    nonempty = l_i > 0.0
-    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
-    lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+    out, lse = normalized(acc, l_i, m_i)
     part = (rows * NUM_HEADS + heads) * MID_SPLITS + MID_BASE + s
     tl.store(Mid_O + part[:, None] * BLOCK_D + offs_d[None, :], out, mask=m_mask[:, None] & d_mask[None, :])
     tl.store(Mid_LSE + part, lse, mask=m_mask)
@@ -223,7 +221,7 @@ class TritonCascadePlan:
             self.prefix_indices,
             mid_o,
             mid_lse,
-            self.scale * tk.LOG2E,
+            self.scale * LOG2E,
             q.stride(0),
             q.stride(1),
             k.stride(0),

@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.runtime.attention.triton_kernels import LOG2E, check_qkv, dot_precision
+from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 
 
 @triton.jit
@@ -75,32 +76,26 @@ def _extend_kernel(
         offs_n = start + tl.arange(0, BLOCK_N)
         n_mask = offs_n < end
         slots = tl.load(kv_indices + kv_start + offs_n, mask=n_mask, other=0).to(tl.int64)
-        k = tl.load(
-            K + slots[None, :] * stride_kn + hk * stride_kh + offs_d[:, None],
-            mask=n_mask[None, :] & d_mask[:, None],
-            other=0.0,
+        visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])  # causal
+        m_i, l_i, acc = attend_tile(
+            q,
+            K + hk * stride_kh,
+            V + hk * stride_vh,
+            slots,
+            n_mask,
+            visible,
+            stride_kn,
+            stride_vn,
+            offs_d,
+            d_mask,
+            sm_scale_log2,
+            m_i,
+            l_i,
+            acc,
+            DOT_PRECISION,
         )
-        qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-        visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        qk = tl.where(visible, qk * sm_scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # A row can see nothing in this block only after an earlier block
-        # gave it a finite maximum (position 0 is visible to all), but keep
-        # the subtraction finite regardless.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V + slots[:, None] * stride_vn + hk * stride_vh + offs_d[None, :],
-            mask=n_mask[:, None] & d_mask[None, :],
-            other=0.0,
-        )
-        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
 
-    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    out, _ = normalized(acc, l_i, m_i)
     tl.store(
         Out + (q_start + offs_m)[:, None] * stride_ot + h * stride_oh + offs_d[None, :],
         out.to(Out.dtype.element_ty),

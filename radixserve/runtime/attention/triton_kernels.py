@@ -3,11 +3,12 @@
 Request b's context is `kv_indices[kv_indptr[b]:kv_indptr[b+1]]` (pool slots
 in position order) and its new queries are rows `qo_indptr[b]:qo_indptr[b+1]`
 of q; the K/V of those new tokens are already in the pool, so every key is
-gathered through the slot table the same way. Softmax runs online in base 2
-(`sm_scale * log2(e)` folded into the logits), accumulating in float32.
+gathered through the slot table the same way. Every kernel runs the same
+base-2 online softmax per key tile (`triton_softmax.attend_tile`).
 
-This module holds the decode kernels and what both paths share; the extend
-(prefill) kernel is in `triton_extend`. Importing either imports triton: only
+This module holds the decode kernels and the helpers the others share; the
+extend (prefill) kernel is in `triton_extend`, the cascade prefix level in
+`triton_cascade`. Importing either imports triton: only
 `triton_backend` does, and only when the Triton backend is chosen.
 """
 
@@ -19,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 
 
 @triton.jit
@@ -86,28 +87,25 @@ def _decode_split_kernel(
         offs_n = start + tl.arange(0, BLOCK_N)
         n_mask = offs_n < hi
         slots = tl.load(kv_indices + kv_start + offs_n, mask=n_mask, other=0).to(tl.int64)
-        k = tl.load(
-            K + slots[None, :] * stride_kn + hk * stride_kh + offs_d[:, None],
-            mask=n_mask[None, :] & d_mask[:, None],
-            other=0.0,
+        m_i, l_i, acc = attend_tile(
+            q,
+            K + hk * stride_kh,
+            V + hk * stride_vh,
+            slots,
+            n_mask,
+            n_mask[None, :],
+            stride_kn,
+            stride_vn,
+            offs_d,
+            d_mask,
+            sm_scale_log2,
+            m_i,
+            l_i,
+            acc,
+            DOT_PRECISION,
         )
-        qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-        qk = tl.where(n_mask[None, :], qk * sm_scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V + slots[:, None] * stride_vn + hk * stride_vh + offs_d[None, :],
-            mask=n_mask[:, None] & d_mask[None, :],
-            other=0.0,
-        )
-        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
 
-    nonempty = l_i > 0.0
-    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    out, lse = normalized(acc, l_i, m_i)
     store_mask = h_mask[:, None] & d_mask[None, :]
     if MID_SPLITS == 0:
         tl.store(
@@ -121,7 +119,6 @@ def _decode_split_kernel(
         # An empty split writes only its -inf log-sum-exp; the reduction skips its output.
         has_keys = (offs_g * 0 + lo) < hi  # per row (a vector: the mask must be a tensor)
         tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask & has_keys[:, None])
-        lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
         tl.store(Mid_LSE + row, lse, mask=h_mask)
 
 
