@@ -81,13 +81,12 @@ class RadixCache:
         self._next_id = 0
         self._clock = 0
         self.root = self._new_node((), self._empty, None, None)
-        self._leaves = LeafHeap()  # evictable leaves, least recently used first
+        self._leaves = LeafHeap(self.root)  # evictable leaves, least recently used first
         # Read-only outside the tree (check_integrity recounts them).
         self.evictable_size = 0  # tokens on no locked path
         self.protected_size = 0  # tokens on some locked path
         self.num_nodes = 0  # excluding the root
-        self._queried = 0
-        self._hits = 0
+        self.reset_stats()
 
     # ---- sizes and statistics -------------------------------------------------------------
 
@@ -206,7 +205,7 @@ class RadixCache:
                 self.protected_size -= len(node.key)
                 self.evictable_size += len(node.key)
                 if not node.children:
-                    self._push(node)
+                    self._leaves.push(node, self.num_nodes)
             node = node.parent  # type: ignore[assignment]
 
     # ---- eviction and allocation ----------------------------------------------------------
@@ -232,7 +231,7 @@ class RadixCache:
             freed += len(node.key)
             out.append(node.slots)
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
-                self._push(parent)
+                self._leaves.push(parent, self.num_nodes)
         if out:
             self.allocator.free(torch.cat(out) if len(out) > 1 else out[0])
         return freed
@@ -338,12 +337,7 @@ class RadixCache:
     def _refresh_leaf(self, node: TreeNode) -> None:
         """Re-file `node` in the heap after its access time changed, if it is an evictable leaf."""
         if node is not self.root and not node.children and node.lock_ref == 0:
-            self._push(node)
-
-    def _push(self, node: TreeNode) -> None:
-        self._leaves.push(node)
-        if len(self._leaves) > 2 * self.num_nodes + 1024:  # amortised: only when mostly stale
-            self._leaves.rebuild(self.root)
+            self._leaves.push(node, self.num_nodes)
 
     def __repr__(self) -> str:
         return (
