@@ -124,14 +124,9 @@ def triton_call(lay: Layout, splits: int, block_n: int, warps: int) -> Callable[
     s = lay.shape
     slots = torch.cat([lay.token_slots(b) for b in range(len(lay.lens))]).to(torch.int32)
     indptr = torch.tensor([0, *torch.tensor(lay.lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    flat = [
-        (k.view(-1, s.num_kv_heads, s.head_dim), v.view(-1, s.num_kv_heads, s.head_dim))
-        for k, v in zip(lay.k, lay.v, strict=True)
-    ]
+    flat = [tk.token_rows(kv) for kv in zip(lay.k, lay.v, strict=True)]
     tiling = tk.DecodeTiling(splits, block_n, warps)
-    return lambda layer: tk.decode_attention(
-        lay.q, flat[layer][0], flat[layer][1], indptr, slots, s.head_dim**-0.5, tiling
-    )
+    return lambda layer: tk.decode_attention(lay.q, flat[layer], (indptr, slots), s.head_dim**-0.5, tiling)
 
 
 def triton_dyn_call(lay: Layout) -> Callable[[int], torch.Tensor]:

@@ -97,7 +97,8 @@ class TritonAttention(AttentionBackend):
             out = self._cascade.run(qc, (k_buf, v_buf))
         elif self._is_decode:
             tiling = tk.DecodeTiling(self._splits, self._decode_block_n)
-            out = tk.decode_attention(qc, k_buf, v_buf, batch.kv_indptr, batch.kv_indices, self.scale, tiling)
+            table = (batch.kv_indptr, batch.kv_indices)
+            out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, tiling)
         else:
             out = te.extend_attention(
                 qc,

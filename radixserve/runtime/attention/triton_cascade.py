@@ -199,7 +199,7 @@ class TritonCascadePlan:
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """q `[B, Hq, D]` over the layer's `(k, v)` buffers `[S, Hkv, D]` (or their
         page-size-1 views `[S, 1, Hkv, D]`) -> `[B, Hq, D]`."""
-        k, v = (t.view(t.shape[0], t.shape[-2], t.shape[-1]) for t in cache)
+        k, v = tk.token_rows(cache)
         q = tk.check_qkv(q, k, v)
         s1, s0 = self.suffix_tiling.splits, self.prefix_splits
         if self.mid is None:

@@ -121,5 +121,4 @@ def _run(
 ) -> torch.Tensor:
     from radixserve.runtime.attention import triton_kernels as tk  # imports triton: only when used
 
-    k, v = (t.view(t.shape[0], t.shape[-2], t.shape[-1]) for t in cache)  # [slots, 1, Hkv, D] views
-    return tk.decode_attention(q, k, v, *table, scale, tiling)
+    return tk.decode_attention(q, tk.token_rows(cache), table, scale, tiling)

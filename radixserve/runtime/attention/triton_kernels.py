@@ -162,6 +162,13 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def token_rows(cache: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's `(k, v)` pool buffers as `[slots, Hkv, D]`, given as such or as the
+    page-size-1 views `[slots, 1, Hkv, D]` FlashInfer reads."""
+    k, v = cache
+    return k.view(k.shape[0], k.shape[-2], k.shape[-1]), v.view(v.shape[0], v.shape[-2], v.shape[-1])
+
+
 def check_qkv(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
     if q.stride(-1) != 1:
         q = q.contiguous()
@@ -185,22 +192,21 @@ class DecodeTiling:
 
 def decode_attention(
     q: torch.Tensor,
-    k_pool: torch.Tensor,
-    v_pool: torch.Tensor,
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    table: tuple[torch.Tensor, torch.Tensor],
     sm_scale: float,
     tiling: DecodeTiling,
 ) -> torch.Tensor:
-    """One new token per request: q `[B, Hq, D]` over pool `[S, Hkv, D]` -> `[B, Hq, D]`.
+    """One new token per request: q `[B, Hq, D]` over the layer's pool buffers `kv`
+    (`[S, Hkv, D]` each) through `table` (kv_indptr, kv_indices) -> `[B, Hq, D]`.
 
     The grid depends on the batch size and `tiling.splits` alone, so the
     launch is capturable in a CUDA graph.
     """
-    q = check_qkv(q, k_pool, v_pool)
+    q = check_qkv(q, *kv)
     out = torch.empty_like(q)
     mid = None if tiling.splits == 1 else new_partials(q, tiling.splits)
-    _launch_decode(q, (k_pool, v_pool), (kv_indptr, kv_indices), sm_scale, tiling, out, mid)
+    _launch_decode(q, kv, table, sm_scale, tiling, out, mid)
     if mid is not None:
         reduce_partials(mid, out)
     return out
