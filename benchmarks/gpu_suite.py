@@ -26,6 +26,7 @@ prefill first, each with its W1; ~150), w5
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
 import time
@@ -131,8 +132,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def parse_override(text: str) -> tuple[str, Any]:
     """ "field=value" with the value read as a Python literal where it is one (8192, False)."""
-    import ast
-
     field, sep, value = text.partition("=")
     if not sep:
         raise SystemExit(f"--set {text!r}: expected FIELD=VALUE")

@@ -242,7 +242,9 @@ class FlashInferAttention(AttentionBackend):
 
     def prepare_cascade(self) -> None:
         """Build (or load) FlashInfer's merge kernel now, at start-up, rather than in the
-        first cascade step (a JIT build takes tens of seconds)."""
+        first cascade step (a JIT build takes tens of seconds); the Triton cascade needs none."""
+        if self._cascade_shape is not None:
+            return
         v = torch.zeros(1, self.num_heads, self.head_dim, dtype=self.dtype, device=self.device)
         s = torch.zeros(1, self.num_heads, dtype=torch.float32, device=self.device)
         self._fi.merge_state_in_place(v, s, v.clone(), s.clone())

@@ -17,6 +17,8 @@ can replay one graph per batch size.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from radixserve.cache.kv_pool import KVPool
@@ -25,13 +27,8 @@ from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
+from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.forward_batch import ForwardBatch
-
-# Split-K targets: enough programs to fill the GPU a few times over, but no
-# split shorter than this many keys (each split pays a reduction).
-_MIN_KEYS_PER_SPLIT = 128
-_MAX_SPLITS = 16
-_WAVES = 4
 
 
 class TritonAttention(AttentionBackend):
@@ -63,25 +60,25 @@ class TritonAttention(AttentionBackend):
         self._block_n = (32 if wide else 64) if on_gpu else 16
         self._decode_block_n = 64 if on_gpu else 16
         self._max_extend = 1
-        self._splits = 1
+        self._tiling = tk.DecodeTiling()
         self._is_decode = True
         self._cascade: TritonCascadePlan | None = None
         group = num_heads // num_kv_heads
         self._cascade_shape = CascadeShape(num_kv_heads, group, scale, self._decode_block_n, self._num_sms)
 
-    def _pick_splits(self, batch: ForwardBatch) -> int:
+    def _pick_tiling(self, batch: ForwardBatch) -> tk.DecodeTiling:
+        """The engine's split rule (`triton_decode.decode_tiling`), with this backend's key tile."""
         if self.decode_splits is not None:
-            return self.decode_splits
-        programs = batch.batch_size * self.num_kv_heads
-        want = -(-_WAVES * self._num_sms // programs)
-        longest = max(batch.seq_lens)
-        return max(1, min(want, _MAX_SPLITS, longest // _MIN_KEYS_PER_SPLIT))
+            return tk.DecodeTiling(self.decode_splits, self._decode_block_n)
+        tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self._num_sms, max(batch.seq_lens))
+        return replace(tiling, block_n=self._decode_block_n)
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host lists only: grid sizes are decided here, never read back from the device.
         self._is_decode = batch.is_decode
         self._max_extend = max(batch.extend_lens)
-        self._splits = self._pick_splits(batch) if self._is_decode else 1
+        if self._is_decode:
+            self._tiling = self._pick_tiling(batch)
         self._cascade = None
         if self._is_decode and batch.cascade is not None:
             self._cascade = TritonCascadePlan.build(batch, batch.cascade, self._cascade_shape)
@@ -96,9 +93,8 @@ class TritonAttention(AttentionBackend):
         if self._cascade is not None:
             out = self._cascade.run(qc, (k_buf, v_buf))
         elif self._is_decode:
-            tiling = tk.DecodeTiling(self._splits, self._decode_block_n)
             table = (batch.kv_indptr, batch.kv_indices)
-            out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, tiling)
+            out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, self._tiling)
         else:
             out = te.extend_attention(
                 qc,

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from radixserve.runtime.attention import triton_kernels as tk
+from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -167,8 +168,6 @@ class TritonCascadePlan:
 
     @staticmethod
     def build(batch: ForwardBatch, groups: CascadeGroups, shape: CascadeShape) -> TritonCascadePlan:
-        from radixserve.runtime.attention.triton_decode import decode_tiling  # no cycle at import
-
         idx = cascade_indices(batch.kv_indices, batch.seq_lens, groups)
         device = batch.kv_indices.device
         sizes = idx.group_sizes

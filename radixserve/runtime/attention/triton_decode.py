@@ -1,4 +1,5 @@
-"""Decode attention by our Triton split-K kernel, for the FlashInfer backend's decode steps.
+"""Decode attention by our Triton split-K kernel, for the FlashInfer backend's decode steps
+(and the split rule, `decode_tiling`, that the Triton backend uses too).
 
 Measured on the H200 (`benchmarks/gpu_decode_attention.py`, one layer inside
 a CUDA graph, bf16, page size 1): the GQA split-K kernel of
