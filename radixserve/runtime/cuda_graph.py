@@ -74,7 +74,7 @@ class DecodeGraphs:
         self.states: dict[int, Any] = {}
         self.batches: dict[int, ForwardBatch] = {}
         self.max_kv_tokens = max(max_kv_tokens, n)
-        self.tables = tables if getattr(attn, "device_planned_graphs", False) else None
+        self.tables = tables if attn.device_planned_graphs else None
         self.staging: Any = None
         if self.tables is not None:
             from radixserve.runtime.step_fill import StepFillStaging  # imports triton

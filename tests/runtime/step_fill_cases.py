@@ -49,6 +49,8 @@ CASES = [
 class _RecordingAttention:
     """Stands in for FlashInfer: keeps the batch `DecodeGraphs.run` plans the graph with."""
 
+    device_planned_graphs = False  # host-planned: `DecodeGraphs.run` is the path under test
+
     def __init__(self) -> None:
         self.planned: ForwardBatch | None = None
 

@@ -23,6 +23,9 @@ class AttentionBackend(ABC):
     # Reads a decode batch's `cascade` groups (each shared prefix once per group);
     # a backend without it computes the same attention from the whole contexts.
     supports_cascade: bool = False
+    # Its CUDA-graph decode states read only device buffers (no host plan per step), so
+    # decode graphs may build their own inputs (runtime/cuda_graph.py, `run_decode`).
+    device_planned_graphs: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool

@@ -127,7 +127,6 @@ class FlashInferAttention(AttentionBackend):
         self.decode_kernel = decode_kernel
         # Plain decode steps.
         self._triton_decode = TritonDecode(num_kv_heads, scale, device) if decode_kernel == "triton" else None
-        # Its graph states read only device buffers: the graphs may build their own inputs.
         self.device_planned_graphs = self._triton_decode is not None
         # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
         self._cascade_shape: Any = None
