@@ -9,6 +9,8 @@ from dataclasses import dataclass
 class SchedulerConfig:
     max_running_requests: int = 256
     chunked_prefill_size: int = 8192  # prefill tokens per step
+    # ...at most, in a step that also decodes, unless more than a chunk of prompt tokens waits
+    mixed_prefill_tokens: int = 512
     enable_radix_cache: bool = True
     decode_reserve_ratio: float = 0.25  # fraction of each request's remaining tokens kept free
     lpm_max_queue: int = 128  # longest-prefix-first up to this queue length, FCFS beyond

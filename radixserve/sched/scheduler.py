@@ -32,7 +32,6 @@ on the device. The picked requests become a `Batch` in `sched/batch_build.py`.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Any
 
@@ -44,7 +43,7 @@ from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.outputs import RequestOutput
 from radixserve.runtime.runner import StepResult
-from radixserve.sched import batch_build, grammar, prefix_match, process
+from radixserve.sched import admission, batch_build, grammar, process
 from radixserve.sched.batch import Batch
 from radixserve.sched.cascade import PrefixGrouper
 from radixserve.sched.config import SchedulerConfig
@@ -53,6 +52,7 @@ from radixserve.sched.output import make_output
 from radixserve.sched.request import Request, Status
 from radixserve.sched.request_kv import RequestKV
 from radixserve.sched.sampling_rows import SamplingRows
+from radixserve.sched.steady import SteadyDecode
 
 NEED_SYNC = object()  # schedule(): process the step in flight first, then ask again
 
@@ -71,6 +71,7 @@ class Scheduler:
         self.cache = cache if config.enable_radix_cache else None
         self.kv = RequestKV(allocator, self.cache, table)
         self.sampling_rows = SamplingRows(table.max_requests)  # the sampler's per-row flags
+        self.steady = SteadyDecode()  # the last plain decode step's requests, as row arrays
         self.tokenizer = tokenizer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -97,8 +98,8 @@ class Scheduler:
             p.stop,
             p.include_stop_str_in_output,
             p.skip_special_tokens,
-            # Text read only at the end or every few tokens is decoded when read (same text).
-            lazy=not req.stream or req.stream_every > 1,
+            # Text is decoded when an output reads it (same text); stop strings decode per token.
+            lazy=True,
             ids=req.output_ids,  # lazy: reads the outputs as they are appended
         )
         if req.grammar is not None and not req.output_ids and not (p.stop or p.stop_token_ids):
@@ -153,6 +154,8 @@ class Scheduler:
         reqs, jumps, retracted = rows
         slots, forced = self._grow_decode(reqs, jumps)  # before any admission can take their slots
         budget = self.cfg.chunked_prefill_size - len(reqs) - sum(n for _, n in forced)
+        if reqs:
+            budget = admission.mixed_budget(self, budget)
         picked = [] if retracted else self._pick_prefill(budget)  # the pool ran dry: admit nobody
         return self._batch(reqs, slots, forced, picked)
 
@@ -181,64 +184,19 @@ class Scheduler:
         return self._batch(reqs, slots, forced, [])
 
     def _pick_prefill(self, budget: int) -> list[tuple[Request, int]]:
-        """Up to `budget` prompt tokens: the chunked prompt in progress, then admissions."""
-        picked: list[tuple[Request, int]] = []
-        if budget <= 0:
-            return picked
-        chunking = [r for r in self.running if not r.prefill_done and not r.jumped]
-        for req in chunking:  # at most one, by construction
-            n = min(req.num_known - req.kv_len, budget)
-            if not self.kv.grow(req, n):
-                break
-            picked.append((req, n))
-            budget -= n
-        new_reqs: list[Request] = []
-        for req, match in prefix_match.ordered_waiting(self.cache, self.waiting, self.cfg.lpm_max_queue):
-            if budget <= 0 or len(self.running) + len(new_reqs) >= self.cfg.max_running_requests:
-                break
-            if self.cache is not None and (match is None or picked):
-                # Match (again) right before admitting: an earlier admission in this
-                # step may have evicted the node an ordering-time match points to.
-                match = prefix_match.match(self.cache, req)
-            matched = match.length if match else 0
-            if self.cache is not None and prefix_match.shares_with_picked(
-                req, matched, picked, self.cfg.defer_shared_min
-            ):
-                continue
-            n = min(req.num_known - matched, budget)
-            if not self._admit(req, match, n, alone=not (self.running or new_reqs)):
-                break
-            new_reqs.append(req)
-            picked.append((req, n))
-            budget -= n
-        for req in new_reqs:
-            self.waiting.remove(req)
-            self.running.append(req)
-        return picked
+        return admission.pick_prefill(self, budget)
 
     def _decode_reserve(self, extra: tuple[Request, ...] = ()) -> int:
-        ratio = self.cfg.decode_reserve_ratio
-        return sum(math.ceil(r.remaining_tokens * ratio) for r in [*self.running, *extra])
-
-    def _admit(self, req: Request, match: Any, n: int, alone: bool = False) -> bool:
-        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens.
-
-        Alone (nothing else running) it needs no decode reserve: it may use the whole pool."""
-        reserve = 0 if alone else self._decode_reserve((req,))
-        if not self.kv.claim(req, match, n, reserve=reserve):
-            return False
-        req.status = Status.RUNNING
-        self.sampling_rows.bind(req)
-        if not req.admitted:
-            req.admitted = True
-            req.cached_tokens = min(req.kv_len, len(req.prompt_ids))
-            self.prompt_tokens_admitted += len(req.prompt_ids)
-            self.cached_tokens_admitted += req.cached_tokens
-        return True
+        return admission.decode_reserve(self, extra)
 
     def _decode_rows(self, inflight: bool) -> tuple[list[Request], list[Request], bool] | None:
         """(decoding requests, jump-forward requests with forced tokens, whether any was
         retracted or aborted to make room); None: wait for the step in flight instead."""
+        steady = self.steady.next_reqs(self.sampling_rows)
+        if steady is not None:
+            if len(steady) <= self.kv.available():
+                return steady, [], False
+            self.steady.reset()  # the pool runs dry: the general path retracts
         reqs = [r for r in self.running if r.can_decode]
         jumps = [r for r in self.running if r.jumped]  # forced tokens to extend (jump-forward)
         if inflight and self.cfg.hold_for_jumps and any(self._may_jump(r) for r in reqs):
@@ -290,10 +248,14 @@ class Scheduler:
         if not forced and not picked:
             if slots is None:
                 return None
+            if reqs is self.steady.reqs:  # the steady decode set: array ops only
+                groups = self._groups(reqs, self.steady.changed)
+                return self.steady.build(self.kv, self.sampling_rows, slots, groups)
             batch = batch_build.decode(self.kv, self.sampling_rows, reqs, slots)
-            if self.grouper is not None:  # shared-prefix groups for cascade attention
-                batch.cascade = self.grouper.group([r.lock_node for r in reqs])
+            batch.cascade = self._groups(reqs, True)
+            self.steady.start(batch, len(self.running), self.sampling_rows)
             return batch
+        self.steady.reset()
         if slots is not None:
             self.kv.put_decode_slots(reqs, slots)
         batch = batch_build.extend(self.kv, self.sampling_rows, [(r, 1) for r in reqs] + forced + picked)
@@ -307,7 +269,14 @@ class Scheduler:
                 self.kv.cache_prefix(req)
         return batch
 
+    def _groups(self, reqs: list[Request], changed: bool) -> Any:
+        """Shared-prefix groups for cascade attention (None when grouping is off)."""
+        if self.grouper is None:
+            return None
+        return self.grouper.group([r.lock_node for r in reqs]) if changed else self.grouper.again()
+
     def _retract(self, req: Request) -> None:
+        self.steady.reset()
         self.kv.release(req)
         self.running.remove(req)
         req.status = Status.WAITING
@@ -320,6 +289,7 @@ class Scheduler:
     ) -> None:
         req.status = Status.FINISHED
         req.finish_reason, req.stop_reason, req.error = reason, stop_reason, error
+        self.steady.drop(req)
         if req in self.running:
             self.kv.release(req)
             self.running.remove(req)
@@ -335,6 +305,7 @@ class Scheduler:
 
     def process(self, batch: Batch, result: StepResult) -> list[RequestOutput]:
         """The step's sampled tokens: stop rules, outputs, finished requests released (sched/process.py)."""
+        self.steady.processed(batch)
         return process.process(self, batch, result)
 
     def fail_request(self, req: Request, err: BaseException) -> None:

@@ -353,3 +353,56 @@ def test_decoders_get_a_token_every_step_of_a_chunked_prefill_only_when_mixed(
     rest = drive(sched, overlap, {})
     for r in (a, b, long):
         assert outs.get(r.rid, []) + rest.get(r.rid, []) == expected(r.prompt_ids, r.params.max_tokens)
+
+
+def test_a_step_that_decodes_takes_at_most_mixed_prefill_tokens() -> None:
+    """Alone, a prompt goes in whole chunks; beside a decoder, in pieces of `mixed_prefill_tokens`."""
+    sched, _ = make(1000, chunked_prefill_size=64, mixed_prefill_tokens=8)
+    model, pending = fake(sched)
+    first = req("first", [(i * 5) % (VOCAB - 1) + 1 for i in range(50)], 12)
+    later = req("later", [(i * 3) % (VOCAB - 1) + 1 for i in range(30)], 3, arrival=1)
+    sched.add(first)
+    steps: list[Batch] = []
+    outs: dict[str, list[int]] = {}
+    while sched.has_work:
+        if len(steps) == 1:
+            sched.add(later)  # arrives while `first` decodes
+        batch = sched.schedule()
+        assert isinstance(batch, Batch)
+        steps.append(batch)
+        for o in sched.process(batch, model.step(batch, pending)):
+            outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
+        sched.check_integrity()
+    assert steps[0].extend_lens == [50], "nothing decodes yet: the whole prompt in one step"
+    pieces = [x.extend_lens[x.reqs.index(later)] for x in steps if later in x.reqs and first in x.reqs]
+    pieces = [n for n in pieces if n > 1]  # its prompt chunks (then it decodes too)
+    assert pieces[:-1] == [8] * (len(pieces) - 1) and 0 < pieces[-1] <= 8, pieces
+    assert sum(pieces) == len(later.prompt_ids) - later.cached_tokens
+    for r in (first, later):
+        assert outs[r.rid] == expected(r.prompt_ids, r.params.max_tokens)
+
+
+def test_a_burst_of_prompts_beside_a_decoder_takes_whole_chunks() -> None:
+    """More than a chunk of prompt tokens waiting: throughput first, whole chunks again."""
+    sched, _ = make(1000, chunked_prefill_size=64, mixed_prefill_tokens=8)
+    model, pending = fake(sched)
+    sched.add(req("first", [3, 1, 4, 1, 5], 8))
+    burst = [
+        req(f"b{i}", [(i * 11 + j * 7) % (VOCAB - 1) + 1 for j in range(40)], 2, arrival=1) for i in range(3)
+    ]
+    steps: list[Batch] = []
+    while sched.has_work:
+        if len(steps) == 1:
+            for r in burst:
+                sched.add(r)
+        batch = sched.schedule()
+        assert isinstance(batch, Batch)
+        steps.append(batch)
+        sched.process(batch, model.step(batch, pending))
+        sched.check_integrity()
+    # 120 tokens wait: the first burst step fills the chunk beside the decoder; once no more
+    # than a chunk waits, steps beside decoders take at most 8.
+    assert steps[1].num_tokens == 64
+    # (A prompt's last token may go as a decode row: a one-token row is no prefill piece.)
+    pieces = [e for x in steps[2:] for e in x.extend_lens if e > 1]
+    assert pieces and all(e <= 8 for e in pieces), pieces
