@@ -27,6 +27,8 @@ from collections import deque
 import numpy as np
 import torch
 
+from radixserve.runtime.host import to_device
+
 
 class ReqToSlotTable:
     def __init__(self, max_requests: int, max_context: int, device: str | torch.device = "cpu") -> None:
@@ -44,10 +46,6 @@ class ReqToSlotTable:
             if self.device.type == "cpu"
             else torch.zeros((max_requests, max_context), dtype=torch.int32, device=self.device)
         )
-        # `scatter`'s staging: two pinned [3 * max_requests] buffers used in turn, each with the
-        # event of its last copy (a buffer is rewritten only once its copy has run).
-        self._staging: list[tuple[torch.Tensor, torch.cuda.Event]] = []
-        self._turn = 0
         self._free_rows: deque[int] = deque(range(max_requests))
         self._in_use = [False] * max_requests
 
@@ -88,25 +86,10 @@ class ReqToSlotTable:
         self.table.numpy()[rows, cols] = slots
         if self.device_table is not self.table and len(rows):
             n = len(rows)
-            buf = self._stage()
-            host = buf.numpy()
-            host[:n], host[n : 2 * n], host[2 * n : 3 * n] = rows, cols, slots
-            # One copy of a contiguous pinned slice, queued like a kernel.
-            d = buf[: 3 * n].to(self.device_table.device, non_blocking=True)
+            # One copy through pinned memory from torch's caching host allocator, which hands
+            # out a block only once the copies that read it have run: the host never waits.
+            d = to_device(np.concatenate((rows, cols, slots)), torch.int64, self.device_table.device)
             self.device_table[d[:n], d[n : 2 * n]] = d[2 * n :].to(torch.int32)
-            self._staging[self._turn][1].record()
-
-    def _stage(self) -> torch.Tensor:
-        """The next pinned staging buffer, once the copy that last read it has run."""
-        if not self._staging:
-            size = 3 * self.max_requests
-            self._staging = [
-                (torch.zeros(size, dtype=torch.int64).pin_memory(), torch.cuda.Event()) for _ in range(2)
-            ]
-        self._turn ^= 1
-        buf, event = self._staging[self._turn]
-        event.synchronize()  # two steps old: done already, unless the device is far behind
-        return buf
 
     def read(self, row: int, end: int) -> torch.Tensor:
         """The slots of positions `0 : end` of `row`, as a new int64 tensor."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from radixserve.runtime.sampler import SamplingInputs
 from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request
 from radixserve.sched.request_kv import RequestKV
@@ -38,6 +39,21 @@ def decode(kv: RequestKV, srows: SamplingRows, reqs: list[Request], slots: np.nd
         np.int64,
         n,
     )
+    return decode_batch(reqs, rows, kv_lens, input_ids, slots, srows.inputs(reqs, rows), srows)
+
+
+def decode_batch(
+    reqs: list[Request],
+    rows: np.ndarray,
+    kv_lens: list[int],
+    input_ids: np.ndarray,
+    slots: np.ndarray,
+    sampling: SamplingInputs,
+    srows: SamplingRows,
+) -> Batch:
+    """A decode step's `Batch` (its slots already in the table), its tokens advanced: the
+    layout shared by `decode` and the steady set (sched/steady.py)."""
+    n = len(reqs)
     batch = Batch(
         reqs=reqs,
         extend_lens=[1] * n,
@@ -46,7 +62,7 @@ def decode(kv: RequestKV, srows: SamplingRows, reqs: list[Request], slots: np.nd
         out_slots=slots.astype(np.int64),
         kv_indices=None,
         sample=[True] * n,
-        sampling=srows.inputs(reqs, rows),
+        sampling=sampling,
         is_prefill=False,
         rows=rows,
         quiet=srows.quiet[rows],  # copies: the rows may change hands before process()

@@ -99,6 +99,10 @@ class PrefixGrouper:
             if groups is not None and groups.saved_tokens < self.min_saved:
                 groups = None
             self._key, self._groups = key, groups
+        return self.again()
+
+    def again(self) -> CascadeGroups | None:
+        """The groups of the last `group` call, for a batch of the same requests (same nodes)."""
         if self._groups is not None:
             self.steps += 1
             self.saved_tokens += self._groups.saved_tokens

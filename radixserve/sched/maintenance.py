@@ -27,6 +27,9 @@ def read_stats(s: Scheduler, worker: Worker | None) -> dict[str, Any]:
         "prompt_tokens_cached": s.cached_tokens_admitted,
         "retractions": s.retractions,
         "forward_steps": worker.steps if worker else 0,
+        # Outputs the worker built and posted: a streamed request gets none while its
+        # previous one is unread by its consumer (backpressure, sched/process.py).
+        "outputs": worker.outputs if worker else 0,
         "jump_forward_tokens": s.jump_forward_tokens,
         # Forced tokens appended without a forward pass each, less the in-flight
         # tokens those jumps discarded (overlap mode).
