@@ -5,8 +5,9 @@ and validated there (a bad request raises in the caller and never reaches the
 worker); the worker thread (`sched/worker.py`) schedules and runs the model;
 its outputs come back once per step through `loop.call_soon_threadsafe` into
 one sink per request (`sinks.py`), which `generate()` drains as an async
-generator: one output per completion per step, fewer and larger ones when
-the caller reads slower than the engine produces.
+generator: one output per completion per step while the caller keeps up,
+fewer and larger ones when it reads slower than the engine produces (the
+worker builds no output for a completion whose previous one is unread).
 Cancelling the task aborts the request, and so does closing the generator
 (see `generate`).
 
@@ -170,8 +171,8 @@ class AsyncEngine:
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
-        assert self._loop is not None
-        stream = Stream(self._loop)
+        assert self._loop is not None and self.scheduler is not None
+        stream = Stream(self._loop, reqs, self.scheduler.sampling_rows.unread)
         rid = self._submit(reqs, stream, request_id)
         remaining = len(reqs)
         try:

@@ -1,14 +1,16 @@
 """What the engine hands back to callers: `RequestOutput`s, at most one per completion per step.
 
 A streaming caller that reads slower than the engine produces gets fewer,
-larger outputs: an output not yet read when the next one of its completion
-arrives is merged with it (`merge`), so no token or text is lost or repeated.
+larger outputs: the worker builds no output for a completion whose previous
+one is still unread (sched/process.py), and one that still arrives then (a
+final output) is merged with it (`merge`), so no token or text is lost or
+repeated. `token_ids` is made when first read (see `RequestOutput.__getattr__`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,19 @@ class RequestOutput:
     prompt_logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = field(default=None)  # why, when finish_reason == "abort"
 
+    if not TYPE_CHECKING:  # (hidden from type checkers: every field stays typed)
+
+        def __getattr__(self, name: str) -> Any:
+            # `token_ids` of an output the worker built is made when first read: the
+            # worker hands over its request's output ids (a list it only appends to) and
+            # how many this output covers, so an output costs no copy of the whole sequence.
+            lazy = self.__dict__.get("_ids") if name == "token_ids" else None
+            if lazy is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            ids, n = lazy
+            value = self.__dict__["token_ids"] = tuple(ids[:n])
+            return value
+
 
 # The hot path builds one output per streamed completion per step. A frozen
 # dataclass's __init__ pays one object.__setattr__ per field (about 5 µs for
@@ -71,7 +86,7 @@ def new_output(
     delta_text: str,
     delta_token_ids: tuple[int, ...],
     text: str,
-    token_ids: tuple[int, ...],
+    token_ids: tuple[int, ...] | list[int],
     finished: bool,
     finish_reason: str | None,
     usage: Usage,
@@ -81,15 +96,21 @@ def new_output(
     prompt_logprobs: tuple[TokenLogprob, ...],
     error: str | None,
 ) -> RequestOutput:
-    """`RequestOutput(...)` with every field given, without the frozen dataclass's __init__."""
+    """`RequestOutput(...)` with every field given, without the frozen dataclass's __init__.
+
+    `token_ids` may be a list that only grows (a request's output ids): the output
+    then covers its first len(token_ids) items, copied into a tuple when first read."""
     out = _new(RequestOutput)
+    ids: dict[str, Any] = (
+        {"token_ids": token_ids} if isinstance(token_ids, tuple) else {"_ids": (token_ids, len(token_ids))}
+    )
     out.__dict__.update(
+        ids,
         request_id=request_id,
         index=index,
         delta_text=delta_text,
         delta_token_ids=delta_token_ids,
         text=text,
-        token_ids=token_ids,
         finished=finished,
         finish_reason=finish_reason,
         usage=usage,

@@ -17,11 +17,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from radixserve.outputs import RequestOutput, merge
+
+if TYPE_CHECKING:
+    from radixserve.sched.request import Request
 
 
 class Sink(Protocol):
@@ -31,20 +36,30 @@ class Sink(Protocol):
 class Stream:
     """The sink of `generate()`: the outputs not yet read, at most one per completion.
 
-    An output that arrives while its completion's previous one is still unread
-    is merged into it (`outputs.merge`), so a consumer that falls behind reads
-    fewer, larger outputs instead of a growing queue of small ones, and wakes at
-    most once per step. Every token and every piece of text still arrives
-    exactly once, in order; an error is raised after the outputs before it.
+    Taking an output tells the worker its consumer has read it: the worker
+    builds no new output for a completion whose previous one is still unread
+    (`unread[row]`, one flag per request row, sched/sampling_rows.py; the next
+    output carries every token since). An output that still arrives while its
+    completion's previous one is unread (a final output, or a row that changed
+    hands) is merged into it (`outputs.merge`). So a consumer that keeps up
+    reads every token as soon as its step is processed, and one that falls
+    behind reads fewer, larger outputs and wakes at most once per step. Every
+    token and every piece of text still arrives exactly once, in order; an
+    error is raised after the outputs before it.
     """
 
-    __slots__ = ("_ready", "_waiter", "_error", "_loop")
+    __slots__ = ("_ready", "_waiter", "_error", "_loop", "_reqs", "_unread")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, reqs: Sequence[Request] = (), unread: np.ndarray | None = None
+    ) -> None:
         self._ready: dict[int, RequestOutput] = {}  # by completion index, oldest first
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._loop = loop
+        # The completions by index; their `row` is read (never written) here, see `take`.
+        self._reqs = reqs
+        self._unread = unread
 
     def put_nowait(self, item: RequestOutput | BaseException) -> None:
         if isinstance(item, BaseException):
@@ -63,7 +78,14 @@ class Stream:
         """The oldest unread output, or None if there is none yet; the error once all are read."""
         ready = self._ready
         if ready:
-            return ready.pop(next(iter(ready)))
+            out = ready.pop(next(iter(ready)))
+            if self._unread is not None and not out.finished:
+                # The row as it is now: a stale read (a retracted request, re-admitted at
+                # another row) only lets one extra output through, which merges as above.
+                row = self._reqs[out.index].row
+                if row >= 0:
+                    self._unread[row] = False
+            return out
         if self._error is not None:
             raise self._error
         return None

@@ -47,7 +47,7 @@ def make_output(req: Request, lp: TokenLogprob | None, final: bool) -> RequestOu
         delta,
         tuple(new),
         text,
-        tuple(ids),
+        ids,  # copied when read (`RequestOutput.token_ids`): no O(n) copy per output
         final,
         req.finish_reason if final else None,
         new_usage(len(req.prompt_ids), len(req.output_ids), req.cached_tokens, req.jump_tokens),

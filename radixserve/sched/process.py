@@ -1,16 +1,21 @@
 """After a step: its sampled tokens become request state and outputs (`Scheduler.process`).
 
-Most requests of a big decode step are *quiet*: nobody streams them (or
-they are streamed every `stream_interval` > 1 tokens), they have no stop
-strings, grammar or logprobs, so their step is one appended token and a
-length check, and no `RequestOutput` until they finish or their interval is
-up (their text is decoded lazily when read, sched/detokenizer.py). An
-output's deltas are everything since the request's previous output
-(`Request.sent_tokens`). For a decode step
-the stop-id and EOS checks of every row run over arrays first (the batch
-carries each row's stop ids, sched/sampling_rows.py); only the rows that hit
-one, produced an invalid id, or are not quiet take the full per-token path
-(`on_token`: detokenization, stop strings, grammar and jump-forward, outputs).
+Most requests of a big decode step are *quiet*: no stop strings, grammar or
+logprobs, so their step is one appended token and a length check, and an
+output only when someone can read it (their text is decoded lazily when an
+output reads it, sched/detokenizer.py). For a decode step the stop-id and EOS
+checks of every row run over arrays first (the batch carries each row's stop
+ids, sched/sampling_rows.py); only the rows that hit one, produced an invalid
+id, or are not quiet take the full per-token path (`on_token`:
+detokenization, stop strings, grammar and jump-forward, outputs).
+
+Backpressure: a streamed request gets no new output while its previous one is
+still unread by its consumer (`SamplingRows.unread`, set here, cleared by the
+event loop's `Stream` when the consumer takes it); the next output carries
+every token since (`Request.sent_tokens`). A consumer that keeps up gets every
+token in its own output, as soon as its step is processed; one that falls
+behind gets fewer, larger outputs, and the worker builds no output for it in
+between. Final outputs always go.
 """
 
 from __future__ import annotations
@@ -42,15 +47,20 @@ def process(sched: Scheduler, batch: Batch, result: StepResult) -> list[RequestO
 
 def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
     """A decode step: one sampled token per request, the quiet ones without per-token work."""
-    assert batch.quiet is not None and batch.stop_ids is not None
+    assert batch.quiet is not None and batch.stop_ids is not None and batch.rows is not None
     toks = np.asarray(result.next_ids, dtype=np.int64)
     loud = ~batch.quiet | (batch.stop_ids == toks[:, None]).any(axis=1) | (toks < 0)
+    unread = sched.sampling_rows.unread
+    held = unread[batch.rows]  # a finished request's row may have a new owner: it is skipped below
     finished = Status.FINISHED
-    for req, tok, is_loud in zip(batch.reqs, result.next_ids, loud.tolist()):
+    sent: list[int] = []  # rows that got a streamed output
+    for req, tok, is_loud, is_held in zip(batch.reqs, result.next_ids, loud.tolist(), held.tolist()):
         if is_loud:
-            out = _sampled(sched, req, tok, None)
+            out = _sampled(sched, req, tok, None, is_held)
             if out is not None:
                 outputs.append(out)
+                if not out.finished:
+                    sent.append(req.row)
             continue
         if req.status is finished:
             continue  # aborted while this step was in flight
@@ -64,16 +74,20 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
                 outputs.append(make_output(req, None, final=True))
             except Exception as e:  # noqa: BLE001 - one request's data fails it alone
                 sched.fail_request(req, e)
-        elif req.stream and (n - req.sent_tokens >= req.stream_every or not req.sent_tokens):
+        elif req.stream and not is_held and (n - req.sent_tokens >= req.stream_every or not req.sent_tokens):
             try:
                 outputs.append(make_output(req, None, final=False))
+                sent.append(req.row)
             except Exception as e:  # noqa: BLE001
                 sched.fail_request(req, e)
+    if sent:
+        unread[sent] = True
 
 
 def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
     j = 0
     lp_j = 0
+    unread = sched.sampling_rows.unread
     for i, req in enumerate(batch.reqs):
         n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
         if n_lp and result.prompt_lps is not None:
@@ -93,13 +107,17 @@ def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: li
             top_j = tuple(result.top[j][: req.params.top_logprobs]) if result.top else ()
             lp = TokenLogprob(tok, result.logprobs[j], top_j)
         j += 1
-        out = _sampled(sched, req, tok, lp)
+        out = _sampled(sched, req, tok, lp, bool(unread[req.row]))
         if out is not None:
             outputs.append(out)
+            if not out.finished:
+                unread[req.row] = True
 
 
-def _sampled(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
-    """Request `req` sampled `tok` (the full path)."""
+def _sampled(
+    sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None, held: bool
+) -> RequestOutput | None:
+    """Request `req` sampled `tok` (the full path); `held`: its previous output is still unread."""
     if req.finished:
         return None  # aborted or stopped while this step was in flight
     if req.discard:  # sampled before a jump-forward replaced it (sched/grammar.py)
@@ -111,13 +129,15 @@ def _sampled(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
         return None
     req.output_ids.append(tok)
     try:
-        return on_token(sched, req, tok, lp)
+        return on_token(sched, req, tok, lp, held)
     except Exception as e:  # noqa: BLE001 - one request's data (its detokenization) fails it alone
         sched.fail_request(req, e)
         return None
 
 
-def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) -> RequestOutput | None:
+def on_token(
+    sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None, held: bool = False
+) -> RequestOutput | None:
     if req.detok is not None:
         req.detok.add([tok])
     reason, stop_reason = stop_rule(req, tok)
@@ -132,7 +152,7 @@ def on_token(sched: Scheduler, req: Request, tok: int, lp: TokenLogprob | None) 
         if lp is not None:
             req.logprobs.append(lp)
         return None
-    if req.sent_tokens and len(req.output_ids) - req.sent_tokens < req.stream_every:
+    if held or (req.sent_tokens and len(req.output_ids) - req.sent_tokens < req.stream_every):
         if lp is not None:  # held: the next output carries it (the first one goes at once)
             req.logprobs.append(lp)
         return None

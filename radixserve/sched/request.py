@@ -100,6 +100,11 @@ class Request:
         return self.kv_len >= len(self.prompt_ids) + len(self.output_ids) - 1 and self.kv_len > 0
 
     @property
+    def chunking(self) -> bool:
+        """A prompt half-way through chunked prefill (not forced tokens of a jump)."""
+        return not self.prefill_done and not self.jumped
+
+    @property
     def remaining_tokens(self) -> int:
         """How many more tokens this request may still generate."""
         by_max = self.params.max_tokens - len(self.output_ids) - self.pending

@@ -10,8 +10,9 @@ flags picks the sampler's paths, and only the requests whose flags are rare
 another request is fresh again, so it never inherits the previous owner's state.
 
 For output processing (sched/process.py) a row also records whether its
-request is quiet (nobody streams it, or it is streamed every `stream_interval` > 1
-tokens; no stop strings, grammar or logprobs)
+request is quiet (no stop strings, grammar or logprobs), whether an output of
+its stream is still unread by its consumer (`unread`: process() sets it, the
+event loop's `Stream` clears it when the consumer takes the output),
 and its stop ids (EOS unless ignored, and `stop_token_ids`), so a decode
 step checks every row's token against them in one array comparison.
 """
@@ -31,6 +32,7 @@ class SamplingRows:
     def __init__(self, max_rows: int) -> None:
         self.flags = np.zeros(max_rows, dtype=np.int32)
         self.quiet = np.zeros(max_rows, dtype=bool)
+        self.unread = np.zeros(max_rows, dtype=bool)  # written by the worker and the event loop
         self.stop_ids = np.full((max_rows, MAX_STOP_IDS), NO_ID, dtype=np.int64)
         self.top_logprobs = np.zeros(max_rows, dtype=np.int32)
         self.fresh = np.zeros(max_rows, dtype=bool)  # bound, parameters not yet on the device
@@ -42,9 +44,9 @@ class SamplingRows:
         self.top_logprobs[req.row] = p.top_logprobs if p.logprobs else 0
         self.fresh[req.row] = True
         stop = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
-        # A stream with stream_every > 1 is quiet too: process() makes its outputs every N tokens.
-        loud_stream = req.stream and req.stream_every == 1
-        quiet = not (loud_stream or p.stop or p.logprobs or req.grammar is not None)
+        self.unread[req.row] = False
+        # Streamed requests are quiet too: process() makes their outputs over arrays.
+        quiet = not (p.stop or p.logprobs or req.grammar is not None)
         self.quiet[req.row] = quiet and len(stop) <= MAX_STOP_IDS
         self.stop_ids[req.row] = NO_ID
         self.stop_ids[req.row, : min(len(stop), MAX_STOP_IDS)] = stop[:MAX_STOP_IDS]

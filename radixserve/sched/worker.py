@@ -64,6 +64,7 @@ class Worker:
         self.mask_fill_s = 0.0  # host time spent filling bitmasks (benchmarks)
         self.mask_rows = 0
         self.steps = 0
+        self.outputs = 0  # RequestOutputs posted to the event loop (fewer than tokens when streams lag)
         self.error: BaseException | None = None
         self._inbox: deque[tuple[str, Any]] = deque()
         self._wake = threading.Event()
@@ -178,4 +179,5 @@ class Worker:
     def _finish_step(self, batch: Batch, handle: StepHandle) -> None:
         outputs = self.scheduler.process(batch, handle.result())
         if outputs:
+            self.outputs += len(outputs)
             self.post(outputs)

@@ -38,3 +38,41 @@ def test_stop_strings_keep_a_lazy_request_incremental() -> None:
     assert not d.lazy
     d.add(tok.encode("hello world and more"))
     assert d.stopped_by == "world" and d.text == "hello "
+
+
+class _PlainDecode:
+    """A tokenizer seen only through its `decode`: the Python windows, not DecodeStream."""
+
+    def __init__(self, tok: object) -> None:
+        self.decode = tok.decode  # type: ignore[attr-defined]
+
+
+def test_decode_stream_gives_the_python_windows_text() -> None:
+    from radixserve.model.loader import load_model
+    from radixserve.sched.detokenizer import stream_backend
+
+    hf = AutoTokenizer.from_pretrained(embedded_model_dir())
+    ours = load_model("smollm2-135m-instruct").tokenizer  # radixserve's own TextTokenizer
+    rng = random.Random(1)
+    texts = [
+        "héllo wörld 世界 🎉🎉 naïve café",
+        "<|im_start|>user\nHi 👋<|im_end|>",
+        "a\u0301\u0302 ﬁ ẞ\n\n  x",
+    ]
+    for tok in (hf, ours):
+        assert stream_backend(tok) is not None, type(tok)  # the fast path is what runs
+        seqs = [tok.encode(t) for t in texts] + [[rng.randrange(tok.vocab_size) for _ in range(60)]]
+        for ids in seqs:
+            for skip in (True, False):
+                fast, plain = (
+                    Detokenizer(tok, (), False, skip),
+                    Detokenizer(_PlainDecode(tok), (), False, skip),
+                )
+                pieces: list[tuple[str, str]] = []
+                for t in ids:
+                    fast.add([t])
+                    plain.add([t])
+                    pieces.append((fast.flush(False), plain.flush(False)))
+                assert all(a == b for a, b in pieces), (type(tok), ids)
+                assert fast.final_text() == plain.final_text()
+                assert fast.text == tok.decode(ids, skip_special_tokens=skip) or ids == seqs[-1]
