@@ -31,6 +31,11 @@ class EngineConfig:
     # prefill chunks ("mixed"), so arrivals do not pause the others. False: prefill first (a step
     # is prefill or decode; chunks and decode steps alternate).
     mixed_steps: bool = True
+    # Prefill tokens at most in a step that also decodes (mixed steps): each decoding request
+    # waits for the whole step, so this bounds its time between tokens while prompts arrive
+    # (W4 in BENCHMARKS.md). Steps with nothing to decode, and steps while more than a chunk
+    # of prompt tokens waits (a burst: throughput first), take a whole chunk. None: no cap.
+    mixed_prefill_tokens: int | None = 512
     max_running_requests: int = 256
     # Tokens per streamed output, as SGLang's `--stream-interval`: `generate()` yields a
     # request's first token at once, then an output every this many tokens and always the
@@ -51,6 +56,10 @@ class EngineConfig:
     # "flashinfer" FlashInfer's decode wrapper. Prefill and extend steps are FlashInfer's either way.
     decode_kernel: str = "auto"
     cuda_graph: bool = True
+    # Extend steps (prefill chunks, mixed prefill + decode steps) of up to this many new tokens
+    # replay CUDA graphs too (runtime/extend_graphs.py; FlashInfer and Triton backends, with
+    # triton installed); 0: they run eagerly. Larger steps keep the device busy on their own.
+    extend_graph_tokens: int = 2048
     # Norm, rotary and SiLU-and-mul: "auto" takes FlashInfer's fused kernels on CUDA in
     # float16/bfloat16 (fewer, larger kernels per layer), else the torch reference
     # (transformers' arithmetic, used on the CPU); "flashinfer" or "torch" to force one.
@@ -73,6 +82,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in (
             "chunked_prefill_size",
+            "mixed_prefill_tokens",
             "max_running_requests",
             "page_size",
             "cascade_min_shared",
@@ -80,10 +90,12 @@ class EngineConfig:
             "stream_interval",
         ):
             v = getattr(self, name)
-            if v is None and name == "chunked_prefill_size":
+            if v is None and name in ("chunked_prefill_size", "mixed_prefill_tokens"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
+        if not isinstance(self.extend_graph_tokens, int) or self.extend_graph_tokens < 0:
+            raise ValueError(f"EngineConfig.extend_graph_tokens={self.extend_graph_tokens!r}: must be >= 0")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
         if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
@@ -136,6 +148,7 @@ class EngineConfig:
         return SchedulerConfig(
             max_running_requests=self.max_running_requests,
             chunked_prefill_size=self.prefill_chunk,
+            mixed_prefill_tokens=self.mixed_prefill_tokens or self.prefill_chunk,
             enable_radix_cache=self.enable_radix_cache,
             decode_reserve_ratio=self.decode_reserve_ratio,
             # BENCHMARKS.md (structured output): on the H200 a jump's mixed decode + extend

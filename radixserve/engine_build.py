@@ -77,7 +77,9 @@ def _build(cfg: EngineConfig) -> EngineParts:
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
     if cfg.cuda_graph and device.type == "cuda":
         max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
-        runner.enable_cuda_graphs(cfg.max_running_requests, max_kv, scratch_slot=num_slots)
+        runner.enable_cuda_graphs(
+            cfg.max_running_requests, max_kv, scratch_slot=num_slots, extend_tokens=cfg.extend_graph_tokens
+        )
     return EngineParts(loaded, pool, scheduler, runner, context_length)
 
 

@@ -99,8 +99,9 @@ class DecodeGraphs:
         )
 
     @torch.inference_mode()
-    def capture(self, stream: torch.cuda.Stream) -> None:
-        pool = torch.cuda.graph_pool_handle()
+    def capture(self, stream: torch.cuda.Stream, pool: Any = None) -> None:
+        """Capture every batch size into `pool` (one is made if None)."""
+        pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         # Weights, KV pool and static buffers were filled on another stream.
         stream.wait_stream(torch.cuda.current_stream(self.device))
         for bs in sorted(self.sizes, reverse=True):  # largest first: it sizes the shared page table

@@ -24,10 +24,24 @@ reads each group's prefix once; one that does not ignores it, since
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from radixserve.runtime.cascade import CascadeGroups
+
+
+@dataclass(frozen=True)
+class GraphAttention:
+    """The attention inputs of a graph-replayed extend step, in static device buffers.
+
+    The step's leading one-token rows (decode rows come first) run the split-K
+    decode kernel, the other rows the extend kernel over a tile table; both
+    grids are fixed at capture, so the shape of the step lives in the buffers."""
+
+    tiles: torch.Tensor  # [n, 2] int32: (request, block) per extend program; request -1: none
+    decode_indptr: torch.Tensor  # [D + 1] int32: kv_indptr of rows < D, empty past the decode rows
+    decode_tiling: Any  # triton_kernels.DecodeTiling, fixed at capture
 
 
 @dataclass
@@ -47,6 +61,9 @@ class ForwardBatch:
     cascade: CascadeGroups | None = None
     # Decode steps built on the device: each request's row (int64), which the sampler reuses.
     rows: torch.Tensor | None = None
+    # Extend steps replayed from a CUDA graph (runtime/extend_graphs.py): what the kernels
+    # read instead of a host plan; every backend then runs triton_extend.graph_attention.
+    graph: GraphAttention | None = None
 
     @property
     def batch_size(self) -> int:

@@ -23,6 +23,7 @@ from torch import nn
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.decode_inputs import build_decode_batch
+from radixserve.runtime.extend_graphs import ExtendGraphs
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 from radixserve.runtime.step import StepInput
@@ -108,19 +109,29 @@ class ModelRunner:
         self.last_tokens = torch.zeros(max_rows, dtype=torch.int64, device=device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.graphs: DecodeGraphs | None = None
+        self.extend_graphs: ExtendGraphs | None = None
         # Test hook (radixserve.testing.inject_faults): sees each step's logits, may raise or edit them.
         self.fault_hook: FaultHook | None = None
         self.launches = 0
 
-    def enable_cuda_graphs(self, max_bs: int, max_kv_tokens: int, scratch_slot: int) -> bool:
-        """Capture decode graphs (CUDA and a graph-capable backend only); True if done."""
+    def enable_cuda_graphs(
+        self, max_bs: int, max_kv_tokens: int, scratch_slot: int, extend_tokens: int = 0
+    ) -> bool:
+        """Capture decode graphs (CUDA and a graph-capable backend only), and extend graphs
+        for steps of up to `extend_tokens` new tokens where the backend runs them; True if done."""
         if self.stream is None or not supports_graphs(self.attn):
             return False
+        pool = torch.cuda.graph_pool_handle()  # one pool: only one graph replays at a time
+        if extend_tokens > 0 and self.attn.graph_extend:
+            self.extend_graphs = ExtendGraphs(
+                self.model, self.attn, max_bs, extend_tokens, max_kv_tokens, scratch_slot, self.device
+            )
+            self.extend_graphs.capture(self.stream, pool)  # first: the largest activations
         tables = None if self.slot_table is None else (self.slot_table, self.last_tokens)
         self.graphs = DecodeGraphs(
             self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device, tables
         )
-        self.graphs.capture(self.stream)
+        self.graphs.capture(self.stream, pool)
         return True
 
     def launch(self, step: StepInput) -> StepHandle:
@@ -162,6 +173,8 @@ class ModelRunner:
             if step.pending_pos:  # ids sampled by the previous step, still on the device
                 pos = to_device(step.pending_pos, torch.int64, self.device)
                 fb.input_ids[pos] = self.last_tokens[to_device(step.pending_rows, torch.int64, self.device)]
+        if step.decode is None and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
+            return self.extend_graphs.run(fb), fb.rows
         if self.graphs is not None and self.graphs.can_run(fb):
             return self.graphs.run(fb), fb.rows
         self.attn.plan(fb)

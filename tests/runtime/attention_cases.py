@@ -19,7 +19,7 @@ from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.torch_backend import TorchAttention
 from radixserve.runtime.cascade import CascadeGroups
-from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.forward_batch import ForwardBatch, GraphAttention
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,24 @@ def compare(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: Forw
     return worst
 
 
+def graph_inputs(batch: ForwardBatch) -> GraphAttention:
+    """`ForwardBatch.graph` as runtime/extend_graphs.py fills it, for a graph of as many rows."""
+    from radixserve.runtime.attention.triton_extend import GRAPH_BLOCK_M, extend_tiles
+    from radixserve.runtime.attention.triton_kernels import DecodeTiling
+
+    lens = batch.extend_lens
+    n_dec = next((i for i, e in enumerate(lens) if e != 1), len(lens))
+    d = min(len(lens), batch.num_tokens)
+    cap = sum(-(-e // GRAPH_BLOCK_M) for e in lens) + 3
+    tiles = torch.from_numpy(extend_tiles(lens, GRAPH_BLOCK_M, cap, n_dec))
+    indptr = batch.kv_indptr[: d + 1].clone()
+    indptr[n_dec + 1 :] = indptr[n_dec]
+    return GraphAttention(tiles, indptr, DecodeTiling(2, 16))
+
+
 def run_triton_cpu_cases() -> dict[str, dict[str, float]]:
+    """Every case through the Triton backend; extend cases also as graph-captured steps
+    run them (the tile table, `<name>_tiled`)."""
     assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
     results: dict[str, dict[str, float]] = {}
     for case in CPU_CASES:
@@ -170,6 +187,12 @@ def run_triton_cpu_cases() -> dict[str, dict[str, float]]:
         assert backend.name == "triton"
         backend.decode_splits = case.decode_splits  # type: ignore[attr-defined]
         results[case.name] = compare(case, backend, ref_pool, batch)
+        if not case.is_decode:  # again as a graph-replayed step runs it (padded tile table)
+            pool, batch = make_pool_and_batch(case, "cpu")
+            ref_pool = clone_pool(pool)
+            batch.graph = graph_inputs(batch)
+            backend.pool = pool
+            results[case.name + "_tiled"] = compare(case, backend, ref_pool, batch)
     return results
 
 

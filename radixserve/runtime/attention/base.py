@@ -26,6 +26,9 @@ class AttentionBackend(ABC):
     # Its CUDA-graph decode states read only device buffers (no host plan per step), so
     # decode graphs may build their own inputs (runtime/cuda_graph.py, `run_decode`).
     device_planned_graphs: bool = False
+    # Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan),
+    # so extend steps may replay CUDA graphs (runtime/extend_graphs.py).
+    graph_extend: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool

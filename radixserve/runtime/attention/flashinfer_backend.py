@@ -128,6 +128,11 @@ class FlashInferAttention(AttentionBackend):
         # Plain decode steps.
         self._triton_decode = TritonDecode(num_kv_heads, scale, device) if decode_kernel == "triton" else None
         self.device_planned_graphs = self._triton_decode is not None
+        self.graph_extend = importlib.util.find_spec("triton") is not None
+        if self.graph_extend:
+            from radixserve.runtime.attention.triton_extend import graph_attention  # imports triton
+
+            self._graph_attention = graph_attention
         # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
         self._cascade_shape: Any = None
         if self._triton_decode is not None:
@@ -140,24 +145,16 @@ class FlashInferAttention(AttentionBackend):
         self._store_kv = pool_writer(pool)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
-        # Two wrappers of each kind, alternated per step (see PlanGuard).
-        self._prefill = [
-            PlanSlot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
-            for _ in range(2)
-        ]
-        self._decode = [
-            PlanSlot(
-                fi.BatchDecodeWithPagedKVCacheWrapper(
-                    self._workspace, "NHD", use_tensor_cores=self.decode_tensor_cores
-                )
-            )
-            for _ in range(2)
-        ]
-        # Level 0 of cascade steps: the groups' queries against their shared prefixes.
-        self._shared = [
-            PlanSlot(fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=prefill_backend))
-            for _ in range(2)
-        ]
+        # Two wrappers of each kind, alternated per step (see PlanGuard); level 0 of cascade
+        # steps (the groups' queries against their shared prefixes) is a prefill wrapper.
+        ws = self._workspace
+
+        def pair(make: Any, **kw: Any) -> list[PlanSlot]:
+            return [PlanSlot(make(ws, "NHD", **kw)) for _ in range(2)]
+
+        self._prefill = pair(fi.BatchPrefillWithPagedKVCacheWrapper, backend=prefill_backend)
+        self._shared = pair(fi.BatchPrefillWithPagedKVCacheWrapper, backend=prefill_backend)
+        self._decode = pair(fi.BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=self.decode_tensor_cores)
         self._turn = {"prefill": 0, "decode": 0, "shared": 0}
         self._active: Any = None
         self._shared_active: Any = None  # set for a cascade step
@@ -261,7 +258,7 @@ class FlashInferAttention(AttentionBackend):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
     ) -> torch.Tensor:
-        if self._active is None:
+        if self._active is None and batch.graph is None:
             raise RuntimeError("FlashInferAttention.forward before plan()")
         self._store_kv(self.pool, layer, batch.out_slots, k, v)
         # Rows may be strided (q is a view of the fused qkv output): the kernels take a row
@@ -269,7 +266,9 @@ class FlashInferAttention(AttentionBackend):
         qc = q.to(self.dtype)
         if qc.stride(-1) != 1:
             qc = qc.contiguous()
-        if self._shared_active is not None:
+        if batch.graph is not None:  # replayed from a graph (runtime/extend_graphs.py): no plan
+            out = self._graph_attention(qc, (self.pool.k[layer], self.pool.v[layer]), batch, self.scale)
+        elif self._shared_active is not None:
             out = self._cascade_run(qc, self._caches[layer])
         else:
             out = self._active.run(qc, self._caches[layer])

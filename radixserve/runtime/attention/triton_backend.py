@@ -34,6 +34,7 @@ from radixserve.runtime.forward_batch import ForwardBatch
 class TritonAttention(AttentionBackend):
     name = "triton"
     supports_cascade = True
+    graph_extend = True
 
     def __init__(
         self,
@@ -90,7 +91,9 @@ class TritonAttention(AttentionBackend):
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type.
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
-        if self._cascade is not None:
+        if batch.graph is not None:  # replayed from a graph: no plan ran
+            out = te.graph_attention(qc, (k_buf, v_buf), batch, self.scale)
+        elif self._cascade is not None:
             out = self._cascade.run(qc, (k_buf, v_buf))
         elif self._is_decode:
             table = (batch.kv_indptr, batch.kv_indices)

@@ -196,15 +196,17 @@ def decode_attention(
     table: tuple[torch.Tensor, torch.Tensor],
     sm_scale: float,
     tiling: DecodeTiling,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One new token per request: q `[B, Hq, D]` over the layer's pool buffers `kv`
-    (`[S, Hkv, D]` each) through `table` (kv_indptr, kv_indices) -> `[B, Hq, D]`.
+    (`[S, Hkv, D]` each) through `table` (kv_indptr, kv_indices) -> `[B, Hq, D]`
+    (`out`, when given).
 
     The grid depends on the batch size and `tiling.splits` alone, so the
     launch is capturable in a CUDA graph.
     """
     q = check_qkv(q, *kv)
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     mid = None if tiling.splits == 1 else new_partials(q, tiling.splits)
     _launch_decode(q, kv, table, sm_scale, tiling, out, mid)
     if mid is not None:
