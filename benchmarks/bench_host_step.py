@@ -12,7 +12,10 @@ ops themselves cost little) and counts it in "host"; a quarter of the requests
 are greedy, the rest sample with temperature and top-p, one in 16 with a seed.
 Times are the thread's CPU time (`time.thread_time`, torch on one thread), not
 wall time: on a machine shared with other jobs, time spent preempted is not
-host work, and would swamp the comparison. Requests that
+host work, and would swamp the comparison. Modes: `complete`; `stream`, whose
+readers take every output as soon as it is posted (one output per token);
+`late`, streams nobody reads before the end (backpressure: no output is built
+while one is unread). Requests that
 nobody streams are detokenized at their end, so the per-step "process" of
 `complete` mode leaves that out; "process µs/token (whole run)" is all
 output processing of the run, the finishing steps included, per token. Each source
@@ -52,7 +55,8 @@ def params_of(i: int, max_tokens: int) -> Any:
     return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.8, top_p=0.95, seed=seed)
 
 
-def child(bs_list: list[int], ctx: int, steps: int, stream: bool, vocab: int) -> list[dict[str, Any]]:
+def child(bs_list: list[int], ctx: int, steps: int, mode: str, vocab: int) -> list[dict[str, Any]]:
+    stream, late = mode != "complete", mode == "late"
     import torch
     from transformers import AutoTokenizer
 
@@ -88,6 +92,8 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool, vocab: int) ->
             p = params_of(i, max_tokens)
             sched.add(Request(f"r{i}", 0, ids, p, frozenset({2}), ctx_len, arrival=i, stream=stream))
         sampler = Sampler(vocab, bs, cpu)
+        # Backpressure (a tree with it): a stream gets no output while its previous one is unread.
+        unread = getattr(sched.sampling_rows, "unread", None)
         logits = torch.randn(bs, vocab, generator=torch.Generator().manual_seed(bs))
         keys = ("schedule", "build", "sample", "process", "dev_ops")
         timings: dict[str, list[float]] = {k: [] for k in keys}
@@ -123,6 +129,8 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool, vocab: int) ->
             t3 = clock()
             sched.process(batch, res)
             t4 = clock()
+            if unread is not None and not late:  # every stream's reader took its output at once
+                unread[:] = False
             process_total += t4 - t3
             decode = all(e == 1 for e in batch.extend_lens) and len(batch.reqs) == bs
             if decode:
@@ -135,15 +143,26 @@ def child(bs_list: list[int], ctx: int, steps: int, stream: bool, vocab: int) ->
         med = {key: 1e3 * statistics.median(v) for key, v in timings.items()}
         med["host"] = med["schedule"] + med["build"] + med["sample"] + med["process"]
         per_token = 1e6 * process_total / (bs * max_tokens)
-        row = {"batch": bs, "ctx": ctx, "stream": stream, **{f"{key}_ms": v for key, v in med.items()}}
+        row = {
+            "batch": bs,
+            "ctx": ctx,
+            "stream": stream,
+            "mode": mode,
+            **{f"{key}_ms": v for key, v in med.items()},
+        }
         rows.append({**row, "process_us_per_token_whole_run": per_token})
     return rows
 
 
-def run_tree(tree: Path, args: argparse.Namespace, stream: bool) -> list[dict[str, Any]]:
+# complete(); streams whose readers take every output at once; streams read only at the end
+# (the base tree, without backpressure, runs "late" as "stream": it has no notion of a reader).
+MODES = ("complete", "stream", "late")
+
+
+def run_tree(tree: Path, args: argparse.Namespace, mode: str) -> list[dict[str, Any]]:
     cmd = [sys.executable, __file__, "--child", "--ctx", str(args.ctx), "--steps", str(args.steps)]
     cmd += ["--vocab", str(args.vocab)]
-    cmd += ["--bs", *map(str, args.bs)] + (["--stream"] if stream else [])
+    cmd += ["--bs", *map(str, args.bs), "--mode", mode]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return list(json.loads(out.strip().splitlines()[-1]))
@@ -157,26 +176,25 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--vocab", type=int, default=64, help="the sampler's vocabulary (fake logits)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="complete", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/host_step_cpu.json")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.bs, args.ctx, args.steps, args.stream, args.vocab)))
+        print(json.dumps(child(args.bs, args.ctx, args.steps, args.mode, args.vocab)))
         return
     if args.quick:
         args.bs, args.ctx, args.steps = [4, 16], 128, 6
     env = environment()
     trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     results, table = [], []
-    for stream in (False, True):
-        got = {name: run_tree(tree, args, stream) for name, tree in trees}
+    for mode in MODES:
+        got = {name: run_tree(tree, args, mode) for name, tree in trees}
         for i, row in enumerate(got["this"]):
             base = got["base"][i] if "base" in got else None
             for name, r in (("base", base), ("this", row)):
                 if r is None:
                     continue
-                mode = "stream" if stream else "complete"
                 keys = ("schedule_ms", "build_ms", "sample_ms", "process_ms", "host_ms", "dev_ops_ms")
                 cells = [r[k] for k in (*keys, "process_us_per_token_whole_run")]
                 ratio = base["host_ms"] / r["host_ms"] if base is not None and name == "this" else None
