@@ -18,6 +18,7 @@ compares this tree against another checkout in one run:
     python benchmarks/bench_stream.py --base /tmp/stream-base   # writes benchmarks/results/stream_cpu.json
     python benchmarks/bench_stream.py --quick                    # smaller, for a smoke run
     python benchmarks/bench_stream.py --stream-interval 1,4,8    # EngineConfig.stream_interval, a child each
+    python benchmarks/bench_stream.py --stream-interval-ms 0,20  # EngineConfig.stream_interval_ms, likewise
     python benchmarks/bench_stream.py --switch-interval 5,0.5    # sys.setswitchinterval (ms) in the child
 
 On a GPU, the same effect through the real model is the suite's W1 streaming
@@ -77,7 +78,7 @@ def _thread_cpu(thread: threading.Thread) -> float:
 
 
 def child(
-    n: int, max_tokens: int, step_ms: float, rounds: int, switch_ms: float | None, interval: int | None
+    n: int, max_tokens: int, step_ms: float, rounds: int, switch_ms: float | None, extra: dict[str, Any]
 ) -> list[dict[str, Any]]:
     from radixserve import AsyncEngine, EngineConfig, SamplingParams
 
@@ -85,8 +86,7 @@ def child(
         sys.setswitchinterval(switch_ms / 1e3)
 
     async def run() -> list[dict[str, Any]]:
-        # A base tree without the option runs with its own behaviour (interval None).
-        extra = {} if interval is None else {"stream_interval": interval}
+        # A base tree runs with its own defaults (extra empty): it may not know the options.
         engine = AsyncEngine(EngineConfig(model="smollm2-135m-instruct", max_running_requests=n, **extra))
         async with engine:
             tok = engine.tokenizer
@@ -139,7 +139,8 @@ def child(
             "max_tokens": m,
             "step_ms": step_ms,
             "switch_interval_ms": sys.getswitchinterval() * 1e3,
-            "stream_interval": interval,
+            "stream_interval": extra.get("stream_interval"),
+            "stream_interval_ms": extra.get("stream_interval_ms"),
             "load_1min": os.getloadavg()[0],
             "tokens": toks,
             "tok_s": toks / wall,
@@ -152,7 +153,7 @@ def child(
 
 
 def run_tree(
-    tree: Path, args: argparse.Namespace, switch_ms: float | None, interval: int | None
+    tree: Path, args: argparse.Namespace, switch_ms: float | None, extra: dict[str, Any]
 ) -> list[dict[str, Any]]:
     cmd = [sys.executable, __file__, "--child", "--requests", str(args.requests)]
     cmd += [
@@ -165,8 +166,7 @@ def run_tree(
     ]
     if switch_ms is not None:
         cmd += ["--switch-interval", str(switch_ms)]
-    if interval is not None:
-        cmd += ["--stream-interval", str(interval)]
+    cmd += ["--engine-json", json.dumps(extra)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return list(json.loads(out.strip().splitlines()[-1]))
@@ -198,27 +198,40 @@ def main() -> None:
         help="EngineConfig.stream_interval of this tree; a comma-separated list runs one child per "
         "value (the base tree runs with its own default)",
     )
+    ap.add_argument(
+        "--stream-interval-ms",
+        help="EngineConfig.stream_interval_ms of this tree, likewise (default: the tree's own)",
+    )
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--engine-json", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/stream_cpu.json")
     args = ap.parse_args()
     switches: list[float | None] = list(_floats(args.switch_interval)) if args.switch_interval else [None]
-    intervals: list[int | None] = (
-        [int(v) for v in args.stream_interval.split(",")] if args.stream_interval else [None]
-    )
+    intervals = [int(v) for v in args.stream_interval.split(",")] if args.stream_interval else [None]
+    gaps = _floats(args.stream_interval_ms) if args.stream_interval_ms else [None]
     if args.child:
-        rows = child(args.requests, args.max_tokens, args.step_ms, args.rounds, switches[0], intervals[0])
+        extra = json.loads(args.engine_json)
+        rows = child(args.requests, args.max_tokens, args.step_ms, args.rounds, switches[0], extra)
         print(json.dumps(rows))
         return
     if args.quick:
         args.requests, args.max_tokens, args.rounds = 16, 16, 1
     env = environment()
     trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
-    runs = [("base", trees[1][1], sw, None) for sw in switches] if args.base else []
-    runs += [("this", ROOT, sw, si) for sw in switches for si in intervals]
+    runs: list[tuple[str, Path, float | None, dict[str, Any]]] = (
+        [("base", trees[1][1], sw, {}) for sw in switches] if args.base else []
+    )
+    for sw in switches:
+        for si in intervals:
+            for gap in gaps:
+                extra = {
+                    k: v for k, v in (("stream_interval", si), ("stream_interval_ms", gap)) if v is not None
+                }
+                runs.append(("this", ROOT, sw, extra))
     results, table = [], []
-    for name, tree, sw, si in runs:
-        rows = run_tree(tree, args, sw, si)
+    for name, tree, sw, extra in runs:
+        rows = run_tree(tree, args, sw, extra)
         for r in rows:
             results.append(
                 record("stream_vs_complete", "fake runner (smollm2 tokenizer)", "-", "cpu", r, tree=name)
@@ -228,8 +241,18 @@ def main() -> None:
             cells = [r["tok_s"], r["loop_us_per_token"], r["worker_us_per_token"], r["outputs_per_token"]]
             ratio = s["tok_s"] / c["tok_s"] if r is s else None
             row = [name, r["mode"], r["step_ms"], r["switch_interval_ms"], r["stream_interval"]]
+            row.append(r["stream_interval_ms"])
             table.append([*row, *cells, ratio])
-    heads = ["tree", "mode", "step ms", "switch ms", "stream interval", "tok/s", "loop µs/token"]
+    heads = [
+        "tree",
+        "mode",
+        "step ms",
+        "switch ms",
+        "stream interval",
+        "interval ms",
+        "tok/s",
+        "loop µs/token",
+    ]
     heads += ["worker µs/token", "outputs/token", "stream/complete"]
     print(f"{args.requests} requests x {args.max_tokens} tokens; best of {args.rounds} rounds per mode;")
     print("thread CPU time per output token")

@@ -44,6 +44,11 @@ class EngineConfig:
     # at 1, BENCHMARKS.md "Streaming against `complete()`"), which a fast GPU waits for;
     # larger values trade smoothness for throughput. `complete()` is unaffected.
     stream_interval: int = 1
+    # ...and at least this many milliseconds after the previous output (0: no such floor).
+    # Tokens that come faster ride together in the next output, so a fast model's streams
+    # cost host work per output, not per token (at most 1000 / stream_interval_ms outputs a
+    # second per stream), while one slower than this still streams every token.
+    stream_interval_ms: float = 20.0
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
     mem_fraction: float = 0.85  # GPU: share of free memory (after weights) for the KV pool
@@ -94,6 +99,9 @@ class EngineConfig:
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
+        ms = self.stream_interval_ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
+            raise ValueError(f"EngineConfig.stream_interval_ms={ms!r}: must be a number of milliseconds >= 0")
         if not isinstance(self.extend_graph_tokens, int) or self.extend_graph_tokens < 0:
             raise ValueError(f"EngineConfig.extend_graph_tokens={self.extend_graph_tokens!r}: must be >= 0")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -157,6 +165,7 @@ class EngineConfig:
             hold_for_jumps=device == "cpu",  # launch() runs the step there: a sync costs nothing
             mixed_steps=self.mixed_steps,
             stream_interval=self.stream_interval,
+            stream_gap_s=self.stream_interval_ms / 1e3,
             cascade_min_shared=self.cascade_min_shared if self.cascade_attention else 0,
             cascade_min_saved=self.cascade_min_saved,
         )

@@ -27,6 +27,8 @@ class SchedulerConfig:
     # A streamed request gets an output every this many tokens (its first and last always);
     # the tokens in between are carried by the next one (EngineConfig.stream_interval).
     stream_interval: int = 1
+    # ...and at least this many seconds after the previous one (EngineConfig.stream_interval_ms).
+    stream_gap_s: float = 0.0
     mixed_steps: bool = True  # decode tokens and prefill chunks share a step (False: prefill first)
     # Shared-prefix (cascade) decode: the least prefix, in tokens, that a group of running
     # requests must share to read it once (sched/cascade.py); 0 turns grouping off.

@@ -25,6 +25,22 @@ def stop_rule(req: Request, tok: int) -> tuple[str | None, str | int | None]:
     return None, None
 
 
+def stream_due(req: Request, now: float) -> bool:
+    """Whether a streamed request that is still running gets an output now (`now`:
+    `time.monotonic()`): its first at once, then once `stream_every` tokens and
+    `stream_gap` seconds have passed since the previous one. Held tokens ride in the next."""
+    if not req.sent_tokens:
+        return True
+    return len(req.output_ids) - req.sent_tokens >= req.stream_every and now >= req.next_output_at
+
+
+def streamed_output(req: Request, lp: TokenLogprob | None, now: float) -> RequestOutput:
+    """A running request's streamed output; the next one is due `stream_gap` seconds later."""
+    out = make_output(req, lp, final=False)
+    req.next_output_at = now + req.stream_gap
+    return out
+
+
 def make_output(req: Request, lp: TokenLogprob | None, final: bool) -> RequestOutput:
     """An output of `req` (`lp`: its last token's logprob, if asked): the tokens, logprobs
     and text since its previous output, and everything so far."""

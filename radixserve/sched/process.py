@@ -20,6 +20,7 @@ between. Final outputs always go.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,7 +29,7 @@ from radixserve.outputs import RequestOutput, TokenLogprob
 from radixserve.runtime.runner import StepResult
 from radixserve.sched import grammar
 from radixserve.sched.batch import Batch
-from radixserve.sched.output import make_output, stop_rule
+from radixserve.sched.output import make_output, stop_rule, stream_due, streamed_output
 from radixserve.sched.request import Request, Status
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
     toks = np.asarray(result.next_ids, dtype=np.int64)
     loud = ~batch.quiet | (batch.stop_ids == toks[:, None]).any(axis=1) | (toks < 0)
     unread = sched.sampling_rows.unread
+    now = time.monotonic()  # for the streams' output gaps (EngineConfig.stream_interval_ms)
     held = unread[batch.rows]  # a finished request's row may have a new owner: it is skipped below
     finished = Status.FINISHED
     sent: list[int] = []  # rows that got a streamed output
@@ -74,9 +76,16 @@ def _process_decode(sched: Scheduler, batch: Batch, result: StepResult, outputs:
                 outputs.append(make_output(req, None, final=True))
             except Exception as e:  # noqa: BLE001 - one request's data fails it alone
                 sched.fail_request(req, e)
-        elif req.stream and not is_held and (n - req.sent_tokens >= req.stream_every or not req.sent_tokens):
+        elif (
+            req.stream
+            and not is_held
+            # stream_due(req, now), inlined: this runs for every streamed row of every step
+            and (
+                not req.sent_tokens or (n - req.sent_tokens >= req.stream_every and now >= req.next_output_at)
+            )
+        ):
             try:
-                outputs.append(make_output(req, None, final=False))
+                outputs.append(streamed_output(req, None, now))
                 sent.append(req.row)
             except Exception as e:  # noqa: BLE001
                 sched.fail_request(req, e)
@@ -152,11 +161,12 @@ def on_token(
         if lp is not None:
             req.logprobs.append(lp)
         return None
-    if held or (req.sent_tokens and len(req.output_ids) - req.sent_tokens < req.stream_every):
+    now = time.monotonic()
+    if held or not stream_due(req, now):
         if lp is not None:  # held: the next output carries it (the first one goes at once)
             req.logprobs.append(lp)
         return None
-    return make_output(req, lp, final=False)
+    return streamed_output(req, lp, now)
 
 
 def grammar_step(sched: Scheduler, req: Request, tok: int) -> tuple[str | None, str | int | None]:

@@ -40,6 +40,7 @@ class Request:
     arrival: int = 0  # monotonically increasing submit order (FCFS tie-break)
     stream: bool = True  # False: the caller wants only the final output (complete())
     stream_every: int = 1  # streamed: an output every this many tokens (EngineConfig.stream_interval)
+    stream_gap: float = 0.0  # ...and no sooner than this many seconds after the previous one
 
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
@@ -70,6 +71,7 @@ class Request:
     # output's deltas are the rest (forced tokens before the first one, tokens held by stream_every).
     sent_tokens: int = 0
     sent_logprobs: int = 0
+    next_output_at: float = 0.0  # time.monotonic() before which no streamed output goes (not the final)
 
     @property
     def all_ids(self) -> list[int]:

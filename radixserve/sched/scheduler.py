@@ -93,6 +93,7 @@ class Scheduler:
     def add(self, req: Request) -> None:
         p = req.params
         req.stream_every = self.cfg.stream_interval
+        req.stream_gap = self.cfg.stream_gap_s
         req.detok = Detokenizer(
             self.tokenizer,
             p.stop,

@@ -320,8 +320,9 @@ def test_complete_is_detokenized_at_the_end_with_the_streamed_text(engine: Engin
 
     done, fast, outs, quiet_outs = engine.run(read_late())
     assert done.text == tokenizer.decode(list(done.token_ids), skip_special_tokens=False)
-    # A reader that keeps up gets an output per token (on a loaded machine the loop may lag a step).
-    assert len(fast) >= len(done.token_ids) - 2
+    # A reader that keeps up gets its first token at once (then one output per
+    # stream_interval_ms at most: test_stream_interval_ms_groups_fast_tokens_and_keeps_every_one).
+    assert len(fast[0].delta_token_ids) == 1
     assert len(outs) <= 4 < 2 * 8 and len(quiet_outs) <= 3 < 8
     for mine in ([o for o in outs if o.index == 0], [o for o in outs if o.index == 1], quiet_outs, fast):
         ids = [t for o in mine for t in o.delta_token_ids]
@@ -363,4 +364,35 @@ def test_stream_interval_groups_tokens_and_keeps_every_one(tokenizer: Any, hf_mo
         assert [t for o in cut_outs for t in o.delta_token_ids] == list(cut_outs[-1].token_ids)
         assert "".join(o.delta_text for o in cut_outs) == full.text[: full.text.index(stop)]
 
-    run(with_engine, engine_config(stream_interval=4), body)
+    run(with_engine, engine_config(stream_interval=4, stream_interval_ms=0), body)
+
+
+def test_stream_interval_ms_groups_fast_tokens_and_keeps_every_one(tokenizer: Any, hf_model: Any) -> None:
+    """`stream_interval_ms`: no streamed output sooner than that after the previous one; the first
+    token goes at once and the final output always, carrying every token held in between. A
+    gap longer than the whole request leaves exactly those two outputs; 0 streams every token."""
+    for bad in (-1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="stream_interval_ms"):
+            engine_config(stream_interval_ms=bad)
+    ids = tokenizer.encode("The quick brown fox")
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=True)
+    quiet = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    ref = hf_greedy(hf_model, ids, 10)
+
+    def check(outs: list[Any]) -> None:
+        assert [t for o in outs for t in o.delta_token_ids] == list(outs[-1].token_ids) == ref
+        assert "".join(o.delta_text for o in outs) == outs[-1].text == tokenizer.decode(ref)
+
+    async def body(engine: AsyncEngine) -> tuple[list[Any], list[Any]]:
+        outs, quiet_outs = await asyncio.gather(
+            _read(engine.generate(ids, greedy)), _read(engine.generate(ids, quiet))
+        )
+        assert [lp.token_id for o in outs for lp in o.delta_logprobs] == ref
+        return outs, quiet_outs
+
+    for outs in run(with_engine, engine_config(stream_interval_ms=600_000), body):
+        check(outs)  # the full path (logprobs) and the quiet array path alike
+        assert len(outs) == 2 and len(outs[0].delta_token_ids) == 1 and outs[1].finished
+    for outs in run(with_engine, engine_config(stream_interval_ms=0), body):
+        check(outs)  # a reader that keeps up gets each token (a loaded machine may lag a step)
+        assert len(outs) >= len(ref) - 2

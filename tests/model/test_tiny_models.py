@@ -110,7 +110,9 @@ def test_engine_without_a_tokenizer_streams_ids(tmp_path: Path, helpers: Any) ->
     params = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
 
     async def main() -> tuple[Any, list[Any]]:
-        async with AsyncEngine(EngineConfig(model=str(tmp_path), device="cpu", stream_interval=4)) as engine:
+        async with AsyncEngine(
+            EngineConfig(model=str(tmp_path), device="cpu", stream_interval=4, stream_interval_ms=0)
+        ) as engine:
             done = await engine.complete(prompt, params)
             outs = [o async for o in engine.generate(prompt, params)]
             await engine.check_integrity()
