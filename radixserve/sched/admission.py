@@ -55,8 +55,12 @@ def pick_prefill(sched: Scheduler, budget: int) -> list[tuple[Request, int]]:
         picked.append((req, n))
         budget -= n
     new_reqs: list[Request] = []
-    if budget <= 0 or len(sched.running) >= cfg.max_running_requests:
+    if budget <= 0 or len(sched.running) >= cfg.max_running_requests or not sched.waiting:
         return picked  # no admission: spare the queue's tree matches
+    if sched.running and 1 + decode_reserve(sched) > sched.kv.available():
+        # Not even one token of any request fits beside the decode reserve (locking a
+        # match only lowers what is available): the pool is full, skip the matches.
+        return picked
     for req, match in prefix_match.ordered_waiting(cache, sched.waiting, cfg.lpm_max_queue):
         if budget <= 0 or len(sched.running) + len(new_reqs) >= cfg.max_running_requests:
             break
