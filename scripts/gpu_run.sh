@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call of GPU work, from the repository root on the GPU machine:
+#
+#     RADIXSERVE_COMMIT=<sha> bash scripts/gpu_run.sh correctness,w1 [suite seconds]
+#
+# (carry .whl and, when present, .fi_cache). In order, each step bounded so
+# that whatever finished comes back under $OUT:
+#   1. the wheels and cached FlashInfer kernels (scripts/gpu_env.sh), then the
+#      FlashInfer modules the engine uses built in parallel threads (~35 s on a
+#      fresh machine, instead of one after another inside the first test);
+#   2. the GPU tests, `pytest -m gpu tests/runtime` (all of them live there; the
+#      whole `tests` tree does not collect on the device, which lacks the
+#      server's packages), log in $OUT/gpu_tests.log;
+#   3. the compiled FlashInfer modules packed into $OUT/fi_cache.tgz (copy it to
+#      .fi_cache/ here and carry that: the next fresh machine skips the builds);
+#   4. benchmarks/gpu_suite.py --only <sections>, records in $OUT/h200.jsonl,
+#      log in $OUT/suite.log, its lines of figures printed last.
+# Seen on a fresh H200 (2026-12-02): steps 1-3 about 3.5 min with a cold JIT
+# cache; correctness ~190 s, W1 (both models) ~200 s. One call may run 10 min.
+set -uo pipefail
+sections="${1:?sections, e.g. correctness,w1 (benchmarks/gpu_suite.py --only)}"
+suite_s="${2:-300}"
+out="${OUT:?run through the device tool: \$OUT is its result folder}"
+export PYTHONUNBUFFERED=1
+# shellcheck source=scripts/gpu_env.sh
+source scripts/gpu_env.sh || exit 1
+python3 -c "from benchmarks.gpu_attention_check import prewarm_flashinfer as p; print('prewarm', p())"
+timeout "${GPU_TESTS_S:-240}" python3 -m pytest -q -m gpu tests/runtime -p no:cacheprovider 2>&1 |
+    tee "$out/gpu_tests.log" | tail -5
+python3 -c "import os; from pathlib import Path
+from benchmarks.gpu_attention_check import pack_flashinfer_cache as p
+print('fi_cache', p(Path(os.environ['OUT'])))"
+timeout "$suite_s" python3 benchmarks/gpu_suite.py --only "$sections" --out "$out" >"$out/suite.log" 2>&1
+echo "suite exit $?"
+grep -E '^\[|^-- |Error' "$out/suite.log"
