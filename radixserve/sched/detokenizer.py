@@ -98,6 +98,11 @@ class Detokenizer:
         """Decode the ids not decoded yet, one token at a time (a model without a tokenizer has no text)."""
         if self.tok is None:
             return
+        if self._stream is not None and not self.stop:
+            self._catch_up_stream()
+            if self._stream is not None:
+                return
+            # DecodeStream refused a token: the Python windows go on from it, below.
         while self._done < len(self.ids):
             self._done += 1
             new = self._step_stream() if self._stream is not None else None
@@ -112,6 +117,26 @@ class Detokenizer:
                 self._prefix_offset = self._read_offset
                 self._read_offset = self._done
                 self._check_stop(start)
+
+    def _catch_up_stream(self) -> None:
+        """`_catch_up`'s steps while DecodeStream decodes and no stop string is watched (a
+        lazy request's whole output at its end): the same offsets and text, in locals."""
+        assert self._stream is not None and self._backend is not None
+        ids, step, backend = self.ids, self._stream.step, self._backend
+        done, prefix, read = self._done, self._prefix_offset, self._read_offset
+        pieces: list[str] = []
+        try:
+            for t in ids[done:]:
+                new = step(backend, t)
+                done += 1
+                if new:
+                    pieces.append(new)
+                    prefix, read = read, done
+        except Exception:  # noqa: BLE001 - as in `_step_stream`: token `done` goes to the windows
+            self._stream = None
+        if pieces:
+            self.text += "".join(pieces)
+        self._done, self._prefix_offset, self._read_offset = done, prefix, read
 
     def _step_stream(self) -> str | None:
         """DecodeStream's step for token `_done - 1`; on its refusal the Python windows take

@@ -76,3 +76,46 @@ def test_decode_stream_gives_the_python_windows_text() -> None:
                 assert all(a == b for a, b in pieces), (type(tok), ids)
                 assert fast.final_text() == plain.final_text()
                 assert fast.text == tok.decode(ids, skip_special_tokens=skip) or ids == seqs[-1]
+
+
+class _RefusesAt:
+    """A DecodeStream that decodes as the real one until token `k`, then refuses (raises), as
+    `tokenizers` does for a decoder that rewrote text it already returned."""
+
+    def __init__(self, real: object, k: int) -> None:
+        self.real, self.k, self.n = real, k, 0
+
+    def step(self, backend: object, token: int) -> str | None:
+        if self.n == self.k:
+            raise RuntimeError("refused")
+        self.n += 1
+        return self.real.step(backend, token)  # type: ignore[attr-defined,no-any-return]
+
+
+def test_a_refused_decode_stream_hands_over_to_the_python_windows() -> None:
+    """Lazy or incremental, a request whose DecodeStream refuses a token gets the text of the
+    Python windows from that token on: the same text as a request decoded by them throughout."""
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir())
+    rng = random.Random(2)
+    seqs = [tok.encode("héllo wörld 世界 🎉🎉 naïve café, again and again")]
+    seqs += [[rng.randrange(tok.vocab_size) for _ in range(40)]]
+    for ids in seqs:
+        plain = Detokenizer(_PlainDecode(tok), (), False, True)
+        want = []  # what a reader gets after each token
+        for t in ids:
+            plain.add([t])
+            want.append(plain.flush(False))
+        for k in (0, 1, 5, len(ids) // 2, len(ids) - 1):
+            lazy, eager = Detokenizer(tok, (), False, True, lazy=True), Detokenizer(tok, (), False, True)
+            for d in (lazy, eager):
+                assert d._stream is not None  # the fast path is what runs
+                d._stream = _RefusesAt(d._stream, k)  # type: ignore[assignment]
+            got = []
+            for t in ids:
+                eager.add([t])
+                got.append(eager.flush(False))
+            lazy.add(ids)
+            assert got == want, (k, ids)
+            assert lazy.flush(False) == "".join(want)  # the lazy text, decoded at once when asked
+            assert lazy.final_text() == eager.final_text() == plain.final_text(), (k, ids)
+            assert lazy._stream is None and eager._stream is None
