@@ -109,7 +109,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/profile_w4.json")
     args = ap.parse_args()
     target = make_target(args.device)
-    overrides: dict[str, Any] = {}
+    # W4's streams take every token (as the suite's W4), unless --set says otherwise.
+    overrides: dict[str, Any] = {"stream_interval_ms": 0}
     for kv in args.set:
         k, v = kv.split("=", 1)
         overrides[k] = (

@@ -180,7 +180,8 @@ def chunks(ctx: Ctx, spec: str) -> None:
         why = f"0.9 * W1 {ctx.w1_tok_s[name]:.0f} tok/s / mean output {mean_out:.1f}"
     for c in s.chunk_sizes:
         setting = f"chunk={c}"
-        with running_engine(t.config(spec, chunked_prefill_size=c)) as (engine, loop):
+        # stream_interval_ms=0: W4's time between tokens, as in workloads.w4
+        with running_engine(t.config(spec, chunked_prefill_size=c, stream_interval_ms=0)) as (engine, loop):
             run_offline(engine, loop, reqs[:8])
             loop.run_until_complete(engine.flush_cache())
             w1_tps = run_offline(engine, loop, reqs)

@@ -243,7 +243,9 @@ def w4(ctx: Ctx, spec: str) -> None:
     rates: list[tuple[float, str]] = []
     runs = []
     for policy, mixed in POLICIES.items():
-        with running_engine(t.config(spec, mixed_steps=mixed)) as (engine, loop):
+        # Every token its own output (stream_interval_ms=0): W4 times the scheduler's steps, which
+        # a time floor between outputs would average with their neighbours (TBT below).
+        with running_engine(t.config(spec, mixed_steps=mixed, stream_interval_ms=0)) as (engine, loop):
             run_offline(engine, loop, reqs[:8])
             loop.run_until_complete(engine.flush_cache())
             w1_tps = run_offline(engine, loop, w1_reqs)
