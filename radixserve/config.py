@@ -72,10 +72,9 @@ class EngineConfig:
     # Shared-prefix (cascade) decode attention: requests that share at least
     # `cascade_min_shared` leading tokens in the radix tree read that prefix's K/V once per
     # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
-    # (such steps run outside CUDA graphs, so small savings stay on the graph path). Used by
-    # the FlashInfer and torch backends (Triton: plain attention).
-    # Off by default: on the H200 (W5, BENCHMARKS.md) the two-level step read 10x less K/V but
-    # ran 4x slower (eager, per-step planning of the prefix level, a slow prefix kernel).
+    # (with the Triton decode such steps replay CUDA graphs of their own; with FlashInfer's
+    # decode kernel or the torch backend they run eagerly). Every backend has it.
+    # Off by default: W5 in BENCHMARKS.md measures it on the H200.
     cascade_attention: bool = False
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096

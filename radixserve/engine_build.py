@@ -78,7 +78,11 @@ def _build(cfg: EngineConfig) -> EngineParts:
     if cfg.cuda_graph and device.type == "cuda":
         max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
         runner.enable_cuda_graphs(
-            cfg.max_running_requests, max_kv, scratch_slot=num_slots, extend_tokens=cfg.extend_graph_tokens
+            cfg.max_running_requests,
+            max_kv,
+            scratch_slot=num_slots,
+            extend_tokens=cfg.extend_graph_tokens,
+            cascade=sched_cfg.cascade_min_shared > 0,
         )
     return EngineParts(loaded, pool, scheduler, runner, context_length)
 

@@ -9,7 +9,11 @@ one slot more than the allocator hands out).
 
 Only backends that can plan a fixed-size decode state outside the graph take
 part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
-Decode steps that carry shared-prefix groups (cascade attention) run eagerly.
+Decode steps that carry shared-prefix groups (cascade attention) replay a
+second set of graphs (`cascade=True`, device-input mode with the Triton
+decode: runtime/attention/triton_cascade_graph.py), each beside the plain
+graph of its size and sharing its page table; with other backends, or more
+groups than a graph holds, they run eagerly.
 
 Where the backend's graph states need no host plan (`device_planned_graphs`:
 the FlashInfer backend with the Triton decode kernel) and the runner hands
@@ -53,10 +57,12 @@ class DecodeGraphs:
         scratch_slot: int,
         device: torch.device,
         tables: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cascade: bool = False,
     ) -> None:
         """`tables`: the device request-to-slot table and the runner's last-token buffer;
         with a backend whose graph states are planned on the device, the graphs then
-        build their own inputs (`run_decode`)."""
+        build their own inputs (`run_decode`). `cascade`: capture cascade decode graphs too
+        (where the backend can: `cascade_graphs`), for an engine that forms prefix groups."""
         self.model = model
         self.attn: Any = attn
         self.device = device
@@ -73,6 +79,10 @@ class DecodeGraphs:
         self.logits: dict[int, torch.Tensor] = {}
         self.states: dict[int, Any] = {}
         self.batches: dict[int, ForwardBatch] = {}
+        # Cascade decode graphs by batch size (2 and up: a group has 2 rows at least).
+        self.cascade_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.cascade_logits: dict[int, torch.Tensor] = {}
+        self.cascade_states: dict[int, Any] = {}
         self.max_kv_tokens = max(max_kv_tokens, n)
         self.tables = tables if attn.device_planned_graphs else None
         self.staging: Any = None
@@ -80,6 +90,7 @@ class DecodeGraphs:
             from radixserve.runtime.step_fill import StepFillStaging  # imports triton
 
             self.staging = StepFillStaging(cap=n, device=device)
+        self.cascade = cascade and self.tables is not None and bool(getattr(attn, "cascade_graphs", False))
 
     @property
     def device_inputs(self) -> bool:
@@ -107,20 +118,31 @@ class DecodeGraphs:
         for bs in sorted(self.sizes, reverse=True):  # largest first: it sizes the shared page table
             state = self.attn.make_cuda_graph_decode_state(bs, self.max_kv_tokens)
             batch = self._static_batch(bs)
-            self.attn.plan_cuda_graph(state, batch)
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up (lazy inits, autotuning, Triton builds) outside the graph
-                    self._fill(bs, state)
-                    self.model(batch, self.attn)
-            stream.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self._fill(bs, state)
-                self.logits[bs] = self.model(batch, self.attn)
-            self.graphs[bs] = graph
+            self.graphs[bs], self.logits[bs] = self._capture_one(bs, state, batch, stream, pool)
             self.states[bs] = state
             self.batches[bs] = batch
+            if self.cascade and bs >= 2:
+                cstate = self.attn.make_cuda_graph_cascade_state(state)
+                self.cascade_graphs[bs], self.cascade_logits[bs] = self._capture_one(
+                    bs, cstate, batch, stream, pool
+                )
+                self.cascade_states[bs] = cstate
         torch.cuda.synchronize(self.device)
+
+    def _capture_one(
+        self, bs: int, state: Any, batch: ForwardBatch, stream: torch.cuda.Stream, pool: Any
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        self.attn.plan_cuda_graph(state, batch)
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up (lazy inits, autotuning, Triton builds) outside the graph
+                self._fill(bs, state)
+                self.model(batch, self.attn)
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
+            self._fill(bs, state)
+            logits = self.model(batch, self.attn)
+        return graph, logits
 
     def _fill(self, bs: int, state: Any) -> None:
         """The graph's first kernel in device-input mode: the step's inputs from the staging
@@ -146,20 +168,31 @@ class DecodeGraphs:
     def can_run_decode(self, inp: DecodeInputs) -> bool:
         """A plain decode step that `run_decode` can take (device-input mode only)."""
         b = inp.batch_size
-        return (
+        plain = (
             self.tables is not None
-            and inp.cascade is None
             and 0 < b <= self.max_bs
             and int(inp.prefix_lens.sum()) + self.max_bs <= self.max_kv_tokens
         )
+        if not plain or inp.cascade is None:
+            return plain
+        state = self.cascade_states.get(self._size(b))
+        return state is not None and state.fits(inp.cascade)
+
+    def _size(self, b: int) -> int:
+        return next(s for s in self.sizes if s >= b)
 
     def run_decode(self, inp: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits `[B, vocab]` and the rows (device int64) of a decode step: one copy, one replay."""
+        """Logits `[B, vocab]` and the rows (device int64) of a decode step: one copy (two for
+        a cascade step: its work list), one replay."""
         b = inp.batch_size
-        bs = next(s for s in self.sizes if s >= b)
+        bs = self._size(b)
         self.staging.upload(inp)
-        self.graphs[bs].replay()
-        return self.logits[bs][:b], self.staging.rows[:b]
+        if inp.cascade is None:
+            self.graphs[bs].replay()
+            return self.logits[bs][:b], self.staging.rows[:b]
+        self.cascade_states[bs].upload(inp.cascade, inp.prefix_lens)
+        self.cascade_graphs[bs].replay()
+        return self.cascade_logits[bs][:b], self.staging.rows[:b]
 
     def can_run(self, fb: ForwardBatch) -> bool:
         # Cascade (shared-prefix) steps run eagerly: their level sizes (groups, prefix
@@ -171,7 +204,7 @@ class DecodeGraphs:
     def run(self, fb: ForwardBatch) -> torch.Tensor:
         """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""
         b = fb.batch_size
-        bs = next(s for s in self.sizes if s >= b)
+        bs = self._size(b)
         self.input_ids[:b].copy_(fb.input_ids)
         self.positions[:b].copy_(fb.positions)
         self.out_slots[:b].copy_(fb.out_slots)

@@ -115,10 +115,17 @@ class ModelRunner:
         self.launches = 0
 
     def enable_cuda_graphs(
-        self, max_bs: int, max_kv_tokens: int, scratch_slot: int, extend_tokens: int = 0
+        self,
+        max_bs: int,
+        max_kv_tokens: int,
+        scratch_slot: int,
+        extend_tokens: int = 0,
+        cascade: bool = False,
     ) -> bool:
         """Capture decode graphs (CUDA and a graph-capable backend only), and extend graphs
-        for steps of up to `extend_tokens` new tokens where the backend runs them; True if done."""
+        for steps of up to `extend_tokens` new tokens where the backend runs them; with
+        `cascade`, graphs for shared-prefix decode steps too, where the backend has them.
+        True if done."""
         if self.stream is None or not supports_graphs(self.attn):
             return False
         pool = torch.cuda.graph_pool_handle()  # one pool: only one graph replays at a time
@@ -129,7 +136,7 @@ class ModelRunner:
             self.extend_graphs.capture(self.stream, pool)  # first: the largest activations
         tables = None if self.slot_table is None else (self.slot_table, self.last_tokens)
         self.graphs = DecodeGraphs(
-            self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device, tables
+            self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device, tables, cascade
         )
         self.graphs.capture(self.stream, pool)
         return True

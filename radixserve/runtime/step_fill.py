@@ -62,6 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.runtime.host import PinnedStaging
 from radixserve.runtime.step import DecodeInputs
 
 
@@ -178,19 +179,14 @@ def pack_decode_inputs(inp: DecodeInputs, cap: int, out: np.ndarray) -> None:
 
 
 class StepFillStaging:
-    """The packed buffer on the device (`device_buf`, fixed: a graph reads its address) and
-    its host staging: two pinned buffers used in turn, each rewritten only once the copy
-    that last read it has run (the host packs step k+1 while step k's copy may be queued)."""
+    """The packed buffer on the device (`device_buf`, fixed: a graph reads its address), refilled
+    each step through pinned host memory without stalling (`PinnedStaging`)."""
 
     def __init__(self, cap: int, device: torch.device) -> None:
         self.cap = cap
         self.device = device
-        size = packed_size(cap)
-        self.device_buf = torch.zeros(size, dtype=torch.int64, device=device)
-        cuda = device.type == "cuda"
-        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
-        self._events = [torch.cuda.Event() if cuda else None for _ in range(2)]
-        self._turn = 0
+        self._pinned = PinnedStaging(packed_size(cap), torch.int64, device)
+        self.device_buf = self._pinned.device_buf
 
     @property
     def rows(self) -> torch.Tensor:
@@ -199,12 +195,4 @@ class StepFillStaging:
 
     def upload(self, inp: DecodeInputs) -> torch.Tensor:
         """Pack `inp` and queue its one copy into `device_buf` on the current stream."""
-        self._turn ^= 1
-        host, event = self._host[self._turn], self._events[self._turn]
-        if event is not None:
-            event.synchronize()  # two steps old: done already, unless the device is far behind
-        pack_decode_inputs(inp, self.cap, host.numpy())
-        self.device_buf.copy_(host, non_blocking=event is not None)
-        if event is not None:
-            event.record()
-        return self.device_buf
+        return self._pinned.upload(lambda host: pack_decode_inputs(inp, self.cap, host))

@@ -216,3 +216,68 @@ def run_triton_cascade_cases() -> dict[str, dict[str, float]]:
         got["prefix_splits"] = backend._cascade.prefix_splits  # type: ignore[attr-defined]
         results[name] = got
     return results
+
+
+def run_triton_cascade_graph_cases() -> dict[str, dict[str, float]]:
+    """A cascade CUDA-graph state's kernels (triton_cascade_graph.py) without the graph: a state
+    of a few rows more than the step (padding rows, one scratch slot each, as `step_fill` lays
+    them out), its work list uploaded as before a replay, and partial buffers that start as
+    garbage (a replayed graph reuses its memory), against the torch reference; then a second
+    step on the same state with the first group gone (its stale slots must not count)."""
+    import numpy as np
+
+    from radixserve.runtime.attention import triton_kernels as tk
+    from radixserve.runtime.attention.triton_cascade import CascadeShape
+    from radixserve.runtime.attention.triton_cascade_graph import CascadeStaging, TritonCascadeGraphState
+    from radixserve.runtime.attention.triton_decode import TritonDecodeGraphState
+
+    new_partials = tk.new_partials
+
+    def garbage_partials(q: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        o, lse = new_partials(q, n)
+        return o.fill_(1e4), lse.fill_(50.0)
+
+    tk.new_partials = garbage_partials  # type: ignore[assignment]
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for name, (groups, suffix, (hq, hkv), d) in CASCADE_CASES.items():
+            fb, slots = shared_batch(groups, suffix)
+            b, pad = fb.batch_size, 3
+            scratch = slots  # one slot past the batch's: the padding rows' one key
+            pool = KVPool(KVPoolConfig(2, hkv, d, dtype=torch.float32), slots + 1)
+            for layer in range(2):
+                pool.k[layer].normal_()
+                pool.v[layer].normal_()
+            indptr = torch.cat([fb.kv_indptr, fb.kv_indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)])
+            indices = torch.cat([fb.kv_indices, torch.full((pad,), scratch, dtype=torch.int32)])
+            shape = CascadeShape(hkv, hq // hkv, d**-0.5, 16, num_sms=64)
+            plain = TritonDecodeGraphState(
+                b + pad, indices.numel(), tk.DecodeTiling(2, 16), d**-0.5, indptr, indices
+            )
+            state = TritonCascadeGraphState.make(
+                plain, CascadeStaging.for_batch(b + pad, shape, pool.k[0].device), shape
+            )
+            worst = {"out": 0.0, "out_regrouped": 0.0}
+            prefix_lens = np.asarray(fb.seq_lens, dtype=np.int64) - 1
+            ref = TorchAttention(pool, hq, hkv, d, d**-0.5)
+            ref.plan(ForwardBatch(**{**fb.__dict__, "cascade": None}))
+            cascade = fb.cascade
+            assert cascade is not None
+            steps = [
+                ("out", cascade),
+                ("out_regrouped", CascadeGroups(cascade.rows[1:], cascade.prefix_lens[1:])),
+            ]
+            for key, groups_now in steps:
+                if not groups_now.rows:
+                    continue
+                state.upload(groups_now, prefix_lens)
+                for layer in range(2):
+                    q = torch.randn(b + pad, hq, d)
+                    out = state.run(q, (pool.k[layer], pool.v[layer]))[:b]
+                    k_new, v_new = pool.k[layer][fb.out_slots], pool.v[layer][fb.out_slots]
+                    expect = ref.forward(q[:b], k_new, v_new, layer, fb)
+                    worst[key] = max(worst[key], rel_err(out, expect))
+            results[name] = worst
+    finally:
+        tk.new_partials = new_partials  # type: ignore[assignment]
+    return results

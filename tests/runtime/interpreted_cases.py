@@ -14,7 +14,7 @@ import os
 import sys
 
 import torch
-from attention_cases import run_triton_cascade_cases, run_triton_cpu_cases
+from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_cases, run_triton_cpu_cases
 from step_fill_cases import run_step_fill_cases
 
 if __name__ == "__main__":
@@ -22,5 +22,12 @@ if __name__ == "__main__":
     torch.manual_seed(seed)
     results = run_triton_cpu_cases()
     cascade = run_triton_cascade_cases()
-    out = {"seed": seed, "results": results, "cascade": cascade, "step_fill": run_step_fill_cases(seed)}
+    graphs = run_triton_cascade_graph_cases()
+    out = {
+        "seed": seed,
+        "results": results,
+        "cascade": cascade,
+        "cascade_graph": graphs,
+        "step_fill": run_step_fill_cases(seed),
+    }
     print(json.dumps(out))

@@ -66,3 +66,55 @@ def test_groups_are_checked() -> None:
     fb, _ = shared_batch([([0, 1], 3)], [1, 1])
     with pytest.raises(ValueError):  # a prefix that covers a row's whole context
         cascade_indices(fb.kv_indices, fb.seq_lens, CascadeGroups(((0, 1),), (4,)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cascade_items_cover_each_group_block_and_prefix_key_once(seed: int) -> None:
+    """The Triton cascade's work list (cascade_items.py): every (query block, prefix key) of
+    every group in exactly one item, keys inside the group's prefix, a partial slot per split,
+    and `pack` placing it in a graph's fixed buffer with empty items after it."""
+    import numpy as np
+
+    from radixserve.runtime.attention import cascade_items as ci
+
+    rng = np.random.default_rng(seed)
+    b = int(rng.integers(4, 40))
+    perm = rng.permutation(b).tolist()
+    rows, plens, at = [], [], 0
+    while at + 2 <= b and len(rows) < 5:
+        n = int(rng.integers(2, min(12, b - at) + 1))
+        rows.append(tuple(sorted(perm[at : at + n])))
+        plens.append(int(rng.integers(1, 1500)))
+        at += n
+    groups = CascadeGroups(tuple(rows), tuple(plens))
+    starts = np.cumsum(rng.integers(1, 2000, size=b)) - 1
+    gqa, block_m = int(rng.choice([1, 4, 7])), 16
+    work = ci.cascade_items(groups, starts, gqa, block_m, target_items=int(rng.integers(1, 300)), max_splits=16)
+    assert work.skip.tolist() == groups.row_prefix(b)
+    assert work.group_rows.tolist() == groups.grouped_rows
+    items = work.items
+    row0 = np.concatenate(([0], np.cumsum([len(g) for g in rows])[:-1]))
+    for g, (members, p) in enumerate(zip(rows, plens)):
+        mine = items[:, items[ci.ROW0] == row0[g]]
+        assert (mine[ci.TILE] == len(members) * gqa).all()
+        base = starts[members[0]]
+        blocks = -(-len(members) * gqa // block_m)
+        for blk in range(blocks):
+            cover = np.zeros(p, dtype=np.int64)
+            part = mine[:, mine[ci.BLOCK] == blk]
+            for lo, hi in zip(part[ci.KEY_LO], part[ci.KEY_HI]):
+                assert base <= lo < hi <= base + p
+                cover[lo - base : hi - base] += 1
+            assert (cover == 1).all(), (g, blk)
+            assert sorted(part[ci.SPLIT].tolist()) == list(range(part.shape[1]))
+            assert part.shape[1] == 1 or p // part.shape[1] >= ci.MIN_KEYS_PER_SPLIT  # splits of >= 128 on average
+        assert set(mine[ci.BLOCK].tolist()) == set(range(blocks))
+    assert work.splits == max(1, int(items[ci.SPLIT].max()) + 1) <= 16
+    cap_items = work.num_items + 5
+    out = np.full(ci.packed_size(b + 2, cap_items), -7, dtype=np.int32)
+    ci.pack(work, b + 2, cap_items, out)
+    assert out[:b].tolist() == work.skip.tolist() and out[b : b + 2].tolist() == [0, 0]
+    packed_items = out[2 * (b + 2) :].reshape(ci.FIELDS, cap_items)
+    assert (packed_items[:, : work.num_items] == items).all() and (packed_items[:, work.num_items :] == 0).all()
+    with pytest.raises(ValueError):
+        ci.pack(work, b, work.num_items - 1, np.zeros(ci.packed_size(b, work.num_items - 1), dtype=np.int32))

@@ -30,7 +30,9 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
   (prefill wrappers per level, then `merge_state_in_place`), composed by hand
   so that rows in no group skip level 0 (that wrapper needs every query at
   every level) and the bottom level keeps the tensor-core decode kernel.
-  These steps run eagerly, outside the CUDA graphs.
+  These steps run eagerly, outside the CUDA graphs; with the Triton decode a
+  cascade step replays a graph (`make_cuda_graph_cascade_state`,
+  triton_cascade_graph.py).
 
 CUDA graphs for decode (the runner's side):
 
@@ -135,6 +137,8 @@ class FlashInferAttention(AttentionBackend):
             self._graph_attention = graph_attention
         # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
         self._cascade_shape: Any = None
+        self._cascade_graph_cls: Any = None  # TritonCascadeGraphState, with the Triton decode
+        self._cascade_staging: Any = None  # the work-list buffer of the cascade graphs
         if self._triton_decode is not None:
             from radixserve.runtime.attention import triton_cascade  # imports triton
 
@@ -142,6 +146,9 @@ class FlashInferAttention(AttentionBackend):
                 num_kv_heads, group, scale, 128, self._triton_decode.num_sms
             )
             self._cascade_build = triton_cascade.TritonCascadePlan.build
+            from radixserve.runtime.attention.triton_cascade_graph import TritonCascadeGraphState
+
+            self._cascade_graph_cls = TritonCascadeGraphState
         self._store_kv = pool_writer(pool)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
@@ -341,4 +348,24 @@ class FlashInferAttention(AttentionBackend):
             TritonDecode.plan_graph(state, batch)
             self._active = state
             return
+        if self._cascade_graph_cls is not None and isinstance(state, self._cascade_graph_cls):
+            self._active = state  # its page table and work list are written on the device
+            return
         self._plan_decode(state.slot, batch)
+
+    @property
+    def cascade_graphs(self) -> bool:
+        """Whether cascade decode steps can be captured (`make_cuda_graph_cascade_state`):
+        with the Triton decode, whose cascade reads a fixed-capacity work list."""
+        return self._cascade_graph_cls is not None
+
+    def make_cuda_graph_cascade_state(self, plain: TritonDecodeGraphState) -> Any:
+        """A cascade graph state beside the plain one of the same size (sharing its page table);
+        largest batch size first: the first call sizes the work-list buffer they all read."""
+        from radixserve.runtime.attention import triton_cascade_graph as tcg  # imports triton
+
+        if self._cascade_staging is None:
+            self._cascade_staging = tcg.CascadeStaging.for_batch(
+                plain.batch_size, self._cascade_shape, self.device
+            )
+        return tcg.TritonCascadeGraphState.make(plain, self._cascade_staging, self._cascade_shape)

@@ -30,6 +30,7 @@ def _decode_split_kernel(
     V,
     kv_indptr,
     kv_indices,
+    Skip,
     Out,
     Mid_O,
     Mid_LSE,
@@ -49,6 +50,7 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     MID_SPLITS: tl.constexpr,
+    HAS_SKIP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: request b, KV head hk, split s of the context.
@@ -58,13 +60,19 @@ def _decode_split_kernel(
     With MID_SPLITS == 0 the result goes straight to Out; otherwise the
     normalised partial output and its log2-sum-exp go to split s of the
     MID_SPLITS partials each (request, head) has in Mid_O / Mid_LSE (cascade
-    steps put their shared-prefix partials after the NUM_SPLITS of this kernel).
+    steps put their shared-prefix partials after the NUM_SPLITS of this kernel, and
+    this kernel's split 0 clears those slots to -inf first). With HAS_SKIP, request b's
+    first `Skip[b]` context slots are left out (a cascade step's shared prefix).
     """
     b = tl.program_id(0)
     hk = tl.program_id(1)
     s = tl.program_id(2)
     kv_start = tl.load(kv_indptr + b)
     kv_len = tl.load(kv_indptr + b + 1) - kv_start
+    if HAS_SKIP:
+        skip = tl.load(Skip + b)
+        kv_start += skip
+        kv_len -= skip
     split_len = tl.cdiv(kv_len, NUM_SPLITS)
     lo = s * split_len
     hi = tl.minimum(lo + split_len, kv_len)
@@ -120,6 +128,9 @@ def _decode_split_kernel(
         has_keys = (offs_g * 0 + lo) < hi  # per row (a vector: the mask must be a tensor)
         tl.store(Mid_O + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=store_mask & has_keys[:, None])
         tl.store(Mid_LSE + row, lse, mask=h_mask)
+        if s == 0:  # a cascade's level-0 slots, cleared once per (request, head)
+            for j in tl.static_range(NUM_SPLITS, MID_SPLITS):
+                tl.store(Mid_LSE + row + j, tl.full([BLOCK_H], float("-inf"), tl.float32), mask=h_mask)
 
 
 @triton.jit
@@ -230,11 +241,14 @@ def decode_partials(
     sm_scale: float,
     tiling: DecodeTiling,
     mid: tuple[torch.Tensor, torch.Tensor],
+    skip: torch.Tensor | None = None,
 ) -> None:
     """The split kernel alone (`kv`: the layer's pool buffers, `table`: kv_indptr and
-    kv_indices): request b's split s goes to partial s of `mid` (which may hold more)."""
+    kv_indices): request b's split s goes to partial s of `mid`; partials beyond the splits
+    are set to -inf (log-sum-exp) for a cascade's level 0 to fill. `skip` (int32 [B]): slots
+    at the start of each request's context to leave out."""
     q = check_qkv(q, *kv)
-    _launch_decode(q, kv, table, sm_scale, tiling, q, mid)
+    _launch_decode(q, kv, table, sm_scale, tiling, q, mid, skip)
 
 
 def _launch_decode(
@@ -245,6 +259,7 @@ def _launch_decode(
     tiling: DecodeTiling,
     out: torch.Tensor,
     mid: tuple[torch.Tensor, torch.Tensor] | None,
+    skip: torch.Tensor | None = None,
 ) -> None:
     k_pool, v_pool = kv
     batch, num_heads, head_dim = q.shape
@@ -257,6 +272,7 @@ def _launch_decode(
         v_pool,
         table[0],
         table[1],
+        table[0] if skip is None else skip,  # unused without HAS_SKIP
         out,
         mid_o,
         mid_lse,
@@ -277,6 +293,7 @@ def _launch_decode(
         BLOCK_N=tiling.block_n,
         NUM_SPLITS=tiling.splits,
         MID_SPLITS=0 if mid is None else mid_lse.shape[2],
+        HAS_SKIP=skip is not None,
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=tiling.num_warps,
     )
