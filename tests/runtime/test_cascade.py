@@ -89,7 +89,9 @@ def test_cascade_items_cover_each_group_block_and_prefix_key_once(seed: int) -> 
     groups = CascadeGroups(tuple(rows), tuple(plens))
     starts = np.cumsum(rng.integers(1, 2000, size=b)) - 1
     gqa, block_m = int(rng.choice([1, 4, 7])), 16
-    work = ci.cascade_items(groups, starts, gqa, block_m, target_items=int(rng.integers(1, 300)), max_splits=16)
+    work = ci.cascade_items(
+        groups, starts, gqa, block_m, target_items=int(rng.integers(1, 300)), max_splits=16
+    )
     assert work.skip.tolist() == groups.row_prefix(b)
     assert work.group_rows.tolist() == groups.grouped_rows
     items = work.items
@@ -107,7 +109,9 @@ def test_cascade_items_cover_each_group_block_and_prefix_key_once(seed: int) -> 
                 cover[lo - base : hi - base] += 1
             assert (cover == 1).all(), (g, blk)
             assert sorted(part[ci.SPLIT].tolist()) == list(range(part.shape[1]))
-            assert part.shape[1] == 1 or p // part.shape[1] >= ci.MIN_KEYS_PER_SPLIT  # splits of >= 128 on average
+            assert (
+                part.shape[1] == 1 or p // part.shape[1] >= ci.MIN_KEYS_PER_SPLIT
+            )  # splits of >= 128 on average
         assert set(mine[ci.BLOCK].tolist()) == set(range(blocks))
     assert work.splits == max(1, int(items[ci.SPLIT].max()) + 1) <= 16
     cap_items = work.num_items + 5
@@ -115,6 +119,8 @@ def test_cascade_items_cover_each_group_block_and_prefix_key_once(seed: int) -> 
     ci.pack(work, b + 2, cap_items, out)
     assert out[:b].tolist() == work.skip.tolist() and out[b : b + 2].tolist() == [0, 0]
     packed_items = out[2 * (b + 2) :].reshape(ci.FIELDS, cap_items)
-    assert (packed_items[:, : work.num_items] == items).all() and (packed_items[:, work.num_items :] == 0).all()
+    assert (packed_items[:, : work.num_items] == items).all() and (
+        packed_items[:, work.num_items :] == 0
+    ).all()
     with pytest.raises(ValueError):
         ci.pack(work, b, work.num_items - 1, np.zeros(ci.packed_size(b, work.num_items - 1), dtype=np.int32))

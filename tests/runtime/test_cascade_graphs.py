@@ -82,7 +82,9 @@ def test_cascade_graph_matches_eager_cascade_and_plain() -> None:
     for step, groups in enumerate([both, first, both]):  # the groups change between replays
         slots = np.array([next(free) for _ in rows], dtype=np.int64)
         ids = np.array([-1 if (i + step) % 2 else 100 + i for i in range(len(rows))], dtype=np.int64)
-        inp = DecodeInputs(rows=rows, prefix_lens=prefix + step, out_slots=slots, input_ids=ids, cascade=groups)
+        inp = DecodeInputs(
+            rows=rows, prefix_lens=prefix + step, out_slots=slots, input_ids=ids, cascade=groups
+        )
         outs = []
         for table, attn, graphs, last in sides:
             with torch.cuda.stream(stream), torch.inference_mode():
