@@ -4,19 +4,22 @@ between replays of one graph (GPU only)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from radixserve.cache.kv_pool import KVPool
-from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.model.loader import load_model
-from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.cuda_graph import DecodeGraphs
 from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.step import DecodeInputs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from graph_cases import graph_side  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -42,17 +45,7 @@ def test_cascade_graph_matches_eager_cascade_and_plain() -> None:
     rng = np.random.default_rng(0)
     sides = []
     for graphed in (True, False):
-        pool = KVPool(cfg.kv_pool_config(torch.bfloat16, device), SLOTS + 1)
-        for layer in range(cfg.num_layers):  # the same random cache on both sides
-            gen = torch.Generator(device="cuda").manual_seed(layer)
-            pool.k[layer].normal_(generator=gen)
-            pool.v[layer].normal_(generator=gen)
-        table = ReqToSlotTable(MAX_BS, CONTEXT, device=device)
-        for _ in range(MAX_BS):
-            table.alloc_row()
-        attn = make_attention_backend(
-            "flashinfer", pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.attn_scale
-        )
+        _, table, attn = graph_side(cfg, MAX_BS, CONTEXT, SLOTS)  # the same random cache on both sides
         last = torch.arange(MAX_BS, device=device) * 7 + 3
         graphs = None
         if graphed:

@@ -3,17 +3,20 @@ logits and the same device table as graphs fed by the host-built batch (GPU only
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from radixserve.cache.kv_pool import KVPool
-from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.model.loader import load_model
-from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.cuda_graph import DecodeGraphs
 from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.step import DecodeInputs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from graph_cases import graph_side  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,23 +24,6 @@ pytestmark = [
 ]
 
 MAX_BS, CONTEXT, SLOTS = 8, 512, 8192
-
-
-def _setup(cfg: object) -> tuple[KVPool, ReqToSlotTable, object]:
-    device = torch.device("cuda")
-    pool = KVPool(cfg.kv_pool_config(torch.bfloat16, device), SLOTS + 1)  # type: ignore[attr-defined]
-    table = ReqToSlotTable(MAX_BS, CONTEXT, device=device)
-    for _ in range(MAX_BS):  # every row in use (rows are written only once allocated)
-        table.alloc_row()
-    attn = make_attention_backend(
-        "flashinfer",
-        pool,
-        cfg.num_heads,
-        cfg.num_kv_heads,
-        cfg.head_dim,
-        cfg.attn_scale,  # type: ignore[attr-defined]
-    )
-    return pool, table, attn
 
 
 def test_graph_built_inputs_match_host_built() -> None:
@@ -49,12 +35,8 @@ def test_graph_built_inputs_match_host_built() -> None:
     rng = np.random.default_rng(0)
     sides = []
     for device_inputs in (True, False):
-        pool, table, attn = _setup(cfg)
-        assert attn.device_planned_graphs  # type: ignore[attr-defined]
-        for layer in range(cfg.num_layers):  # the same random cache on both sides
-            gen = torch.Generator(device="cuda").manual_seed(layer)
-            pool.k[layer].normal_(generator=gen)
-            pool.v[layer].normal_(generator=gen)
+        pool, table, attn = graph_side(cfg, MAX_BS, CONTEXT, SLOTS)  # the same random cache on both sides
+        assert attn.device_planned_graphs
         last = torch.arange(MAX_BS, device=device) * 7 + 3
         tables = (table.device_table, last) if device_inputs else None
         graphs = DecodeGraphs(model, attn, MAX_BS, MAX_BS * CONTEXT, SLOTS, device, tables)

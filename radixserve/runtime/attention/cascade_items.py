@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from radixserve.runtime.cascade import CascadeGroups
 
@@ -53,6 +54,11 @@ def _excl_cumsum(a: np.ndarray) -> np.ndarray:
     out = np.zeros_like(a)
     np.cumsum(a[:-1], out=out[1:])
     return out
+
+
+def context_starts(seq_lens: np.ndarray) -> np.ndarray:
+    """Where each row's context starts in a step's `kv_indices` (contexts back to back)."""
+    return _excl_cumsum(np.asarray(seq_lens, dtype=np.int64))
 
 
 def cascade_items(
@@ -103,6 +109,13 @@ def item_capacity(batch_size: int, gqa: int, block_m: int, target_items: int) ->
 
 def packed_size(cap_rows: int, cap_items: int) -> int:
     return 2 * cap_rows + FIELDS * cap_items
+
+
+def views(
+    buf: torch.Tensor, cap_rows: int, cap_items: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`skip`, `group_rows` and `items` of a packed buffer (`pack`'s layout) on the device."""
+    return buf[:cap_rows], buf[cap_rows : 2 * cap_rows], buf[2 * cap_rows :].view(FIELDS, cap_items)
 
 
 def pack(work: CascadeItems, cap_rows: int, cap_items: int, out: np.ndarray) -> None:

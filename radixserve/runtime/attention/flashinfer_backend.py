@@ -20,28 +20,21 @@ cache with one token per page (`view(-1, 1, Hkv, D)`), and `kv_indptr` /
 - One float workspace is shared by every wrapper: they run one after the other
   on one stream.
 - Shared-prefix (cascade) decode steps (`batch.cascade`, runtime/cascade.py)
-  with the Triton decode run `triton_cascade.TritonCascadePlan` (the prefix
-  level split across the GPU). With FlashInfer's decode: level 1 is the
-  decode wrapper over each row's context after its group's prefix
-  (`return_lse=True`); level 0 is a prefill wrapper, non-causal, whose
-  "requests" are the groups: each group's queries against its shared prefix,
-  read once. `merge_state_in_place` folds level 0 into level 1's rows. This is
-  the two-level case of FlashInfer's `MultiLevelCascadeAttentionWrapper`
-  (prefill wrappers per level, then `merge_state_in_place`), composed by hand
-  so that rows in no group skip level 0 (that wrapper needs every query at
-  every level) and the bottom level keeps the tensor-core decode kernel.
-  These steps run eagerly, outside the CUDA graphs; with the Triton decode a
-  cascade step replays a graph (`make_cuda_graph_cascade_state`,
-  triton_cascade_graph.py).
+  with the Triton decode run triton_cascade.py's kernels, eagerly
+  (`TritonCascadePlan`) or replayed from graphs (`make_cuda_graph_cascade_state`).
+  With FlashInfer's decode they run eagerly: level 1 is the decode wrapper over
+  each row's context after its group's prefix (`return_lse=True`), level 0 a
+  non-causal prefill wrapper whose "requests" are the groups (each prefix read
+  once), and `merge_state_in_place` folds level 0 into level 1's rows: the
+  two-level case of `MultiLevelCascadeAttentionWrapper`, composed by hand so
+  that rows in no group skip level 0 and level 1 keeps the tensor-core decode.
 
 CUDA graphs for decode (the runner's side):
 
     state = backend.make_cuda_graph_decode_state(bs, max_kv_tokens)
     backend.plan_cuda_graph(state, warmup_batch)      # outside the graph
     with torch.cuda.graph(g): logits = model(static_batch)   # forward() runs state's wrapper
-    ...
-    each step: copy inputs into the static buffers (input_ids, positions,
-    out_slots), then backend.plan_cuda_graph(state, batch); g.replay()
+    each step: fill the static inputs, backend.plan_cuda_graph(state, batch); g.replay()
 
 Plan always happens outside the graph (it copies the page table into the
 state's fixed buffers and writes the kernel schedule); the captured kernels
@@ -137,18 +130,15 @@ class FlashInferAttention(AttentionBackend):
             self._graph_attention = graph_attention
         # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
         self._cascade_shape: Any = None
-        self._cascade_graph_cls: Any = None  # TritonCascadeGraphState, with the Triton decode
-        self._cascade_staging: Any = None  # the work-list buffer of the cascade graphs
+        self._cascade_graphs: Any = None  # triton_cascade_graph.CascadeGraphs, with the Triton decode
         if self._triton_decode is not None:
-            from radixserve.runtime.attention import triton_cascade  # imports triton
+            from radixserve.runtime.attention import triton_cascade, triton_cascade_graph  # import triton
 
             self._cascade_shape = triton_cascade.CascadeShape(
                 num_kv_heads, group, scale, 128, self._triton_decode.num_sms
             )
             self._cascade_build = triton_cascade.TritonCascadePlan.build
-            from radixserve.runtime.attention.triton_cascade_graph import TritonCascadeGraphState
-
-            self._cascade_graph_cls = TritonCascadeGraphState
+            self._cascade_graphs = triton_cascade_graph.CascadeGraphs(self._cascade_shape, device)
         self._store_kv = pool_writer(pool)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
@@ -329,11 +319,10 @@ class FlashInferAttention(AttentionBackend):
         )
         return FlashInferDecodeGraphState(batch_size, max_kv_tokens, PlanSlot(wrapper), indptr, indices, last)
 
-    def plan_cuda_graph(
-        self, state: FlashInferDecodeGraphState | TritonDecodeGraphState, batch: ForwardBatch
-    ) -> None:
-        """Plan `state` for `batch` (padded to `state.batch_size` decode rows),
-        outside any graph; the next captured forward or replay uses it."""
+    def plan_cuda_graph(self, state: Any, batch: ForwardBatch) -> None:
+        """Plan `state` (from `make_cuda_graph_decode_state` or `..._cascade_state`) for `batch`
+        (padded to `state.batch_size` decode rows), outside any graph; the next captured
+        forward or replay uses it."""
         if batch.batch_size != state.batch_size or not batch.is_decode:
             raise ValueError(
                 f"graph state for {state.batch_size} decode rows got a batch of {batch.batch_size} "
@@ -344,28 +333,18 @@ class FlashInferAttention(AttentionBackend):
                 f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
             )
         self._shared_active = None
+        if isinstance(state, FlashInferDecodeGraphState):
+            self._plan_decode(state.slot, batch)
+            return
         if isinstance(state, TritonDecodeGraphState):
             TritonDecode.plan_graph(state, batch)
-            self._active = state
-            return
-        if self._cascade_graph_cls is not None and isinstance(state, self._cascade_graph_cls):
-            self._active = state  # its page table and work list are written on the device
-            return
-        self._plan_decode(state.slot, batch)
+        self._active = state  # a Triton state (a cascade one's work list is written before replay)
 
     @property
     def cascade_graphs(self) -> bool:
-        """Whether cascade decode steps can be captured (`make_cuda_graph_cascade_state`):
-        with the Triton decode, whose cascade reads a fixed-capacity work list."""
-        return self._cascade_graph_cls is not None
+        """Whether cascade decode steps can be captured: with the Triton decode."""
+        return self._cascade_graphs is not None
 
     def make_cuda_graph_cascade_state(self, plain: TritonDecodeGraphState) -> Any:
-        """A cascade graph state beside the plain one of the same size (sharing its page table);
-        largest batch size first: the first call sizes the work-list buffer they all read."""
-        from radixserve.runtime.attention import triton_cascade_graph as tcg  # imports triton
-
-        if self._cascade_staging is None:
-            self._cascade_staging = tcg.CascadeStaging.for_batch(
-                plain.batch_size, self._cascade_shape, self.device
-            )
-        return tcg.TritonCascadeGraphState.make(plain, self._cascade_staging, self._cascade_shape)
+        """A cascade graph state beside the plain one of the same size; largest first."""
+        return self._cascade_graphs.make(plain)

@@ -144,6 +144,11 @@ class CascadeShape:
         return max(1, _WAVES * self.num_sms // self.num_kv_heads)
 
 
+def block_m_for(tile_rows: int) -> int:
+    """Query tile rows per level-0 item for groups of up to `tile_rows` (rows x GQA heads)."""
+    return min(64, max(16, triton.next_power_of_2(tile_rows)))
+
+
 @dataclass(frozen=True)
 class CascadeLaunch:
     """How one step's two levels are launched: level 1's tiling, level 0's grid and tiles."""
@@ -225,9 +230,10 @@ class TritonCascadePlan:
     @staticmethod
     def build(batch: ForwardBatch, groups: CascadeGroups, shape: CascadeShape) -> TritonCascadePlan:
         seq = np.asarray(batch.seq_lens, dtype=np.int64)
-        starts = np.concatenate(([0], np.cumsum(seq[:-1])))
-        block_m = min(64, max(16, triton.next_power_of_2(max(len(g) for g in groups.rows) * shape.group)))
-        work = ci.cascade_items(groups, starts, shape.group, block_m, shape.target_items, _MAX_PREFIX_SPLITS)
+        block_m = block_m_for(max(len(g) for g in groups.rows) * shape.group)
+        work = ci.cascade_items(
+            groups, ci.context_starts(seq), shape.group, block_m, shape.target_items, _MAX_PREFIX_SPLITS
+        )
         device = batch.kv_indices.device
         tiling = decode_tiling(
             batch.batch_size, shape.num_kv_heads, shape.num_sms, int((seq - work.skip).max())
@@ -240,11 +246,10 @@ class TritonCascadePlan:
             block_m,
             shape.block_n,
         )
-        packed = to_device(
-            np.concatenate([work.skip, work.group_rows, work.items.ravel()]), torch.int32, device
-        )
-        b, r = len(work.skip), len(work.group_rows)
-        dev = (packed[:b], packed[b : b + r], packed[b + r :].view(ci.FIELDS, work.num_items))
+        b, w = batch.batch_size, work.num_items
+        host = np.empty(ci.packed_size(b, w), dtype=np.int32)
+        ci.pack(work, b, w, host)
+        dev = ci.views(to_device(host, torch.int32, device), b, w)
         return TritonCascadePlan((batch.kv_indptr, batch.kv_indices), dev, launch)
 
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -17,21 +17,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import triton
 
 from radixserve.runtime.attention import cascade_items as ci
-from radixserve.runtime.attention.triton_cascade import CascadeLaunch, CascadeShape, run_levels
+from radixserve.runtime.attention.triton_cascade import CascadeLaunch, CascadeShape, block_m_for, run_levels
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.host import PinnedStaging
 
 # Graphs fix level 0's partial slots; a group's splits follow its prefix up to this many.
 GRAPH_PREFIX_SPLITS = 16
 MAX_GRAPH_GROUPS = 32  # more groups than this in one step: eager (item_capacity's margin)
-
-
-def graph_block_m(batch_size: int, gqa: int) -> int:
-    """Query tile rows per item in a graph of `batch_size` rows (its groups are not known yet)."""
-    return min(64, max(16, triton.next_power_of_2(batch_size * gqa)))
 
 
 class CascadeStaging:
@@ -41,15 +35,12 @@ class CascadeStaging:
     def __init__(self, cap_rows: int, cap_items: int, device: torch.device) -> None:
         self.cap_rows, self.cap_items = cap_rows, cap_items
         self._pinned = PinnedStaging(ci.packed_size(cap_rows, cap_items), torch.int32, device)
-        buf = self._pinned.device_buf
-        self.skip = buf[:cap_rows]
-        self.group_rows = buf[cap_rows : 2 * cap_rows]
-        self.items = buf[2 * cap_rows :].view(ci.FIELDS, cap_items)
+        self.skip, self.group_rows, self.items = ci.views(self._pinned.device_buf, cap_rows, cap_items)
 
     @staticmethod
     def for_batch(max_bs: int, shape: CascadeShape, device: torch.device) -> CascadeStaging:
         """Room for the cascade graphs of up to `max_bs` rows."""
-        cap = ci.item_capacity(max_bs, shape.group, graph_block_m(max_bs, shape.group), shape.target_items)
+        cap = ci.item_capacity(max_bs, shape.group, block_m_for(max_bs * shape.group), shape.target_items)
         return CascadeStaging(max_bs, cap, device)
 
     def upload(self, work: ci.CascadeItems) -> None:
@@ -67,14 +58,13 @@ class TritonCascadeGraphState:
     kv_indices: torch.Tensor  # [max_kv_tokens] int32: likewise
     staging: CascadeStaging
     launch: CascadeLaunch
-    gqa: int
-    target_items: int
+    shape: CascadeShape
 
     @staticmethod
     def make(plain: Any, staging: CascadeStaging, shape: CascadeShape) -> TritonCascadeGraphState:
         """From the plain Triton graph state of the same size (`TritonDecodeGraphState`)."""
         bs = plain.batch_size
-        block_m = graph_block_m(bs, shape.group)
+        block_m = block_m_for(bs * shape.group)  # its groups are not known yet
         cap = ci.item_capacity(bs, shape.group, block_m, shape.target_items)
         if cap > staging.cap_items or bs > staging.cap_rows:
             raise ValueError(
@@ -95,8 +85,7 @@ class TritonCascadeGraphState:
             plain.kv_indices,
             staging,
             launch,
-            shape.group,
-            shape.target_items,
+            shape,
         )
 
     def fits(self, groups: CascadeGroups) -> bool:
@@ -107,9 +96,10 @@ class TritonCascadeGraphState:
     def upload(self, groups: CascadeGroups, prefix_lens: np.ndarray) -> None:
         """This step's work list into the staging buffer; row i's context starts at the sum of
         the earlier rows' `prefix_lens + 1` in `kv_indices` (as `step_fill` lays it out)."""
-        starts = np.concatenate(([0], np.cumsum(prefix_lens[:-1] + 1)))
+        starts = ci.context_starts(prefix_lens + 1)
+        shape = self.shape
         work = ci.cascade_items(
-            groups, starts, self.gqa, self.launch.block_m, self.target_items, GRAPH_PREFIX_SPLITS
+            groups, starts, shape.group, self.launch.block_m, shape.target_items, GRAPH_PREFIX_SPLITS
         )
         self.staging.upload(work)
 
@@ -117,3 +107,18 @@ class TritonCascadeGraphState:
         s = self.staging
         work = (s.skip[: self.batch_size], s.group_rows, s.items)
         return run_levels(q, cache, (self.kv_indptr, self.kv_indices), work, self.launch)
+
+
+class CascadeGraphs:
+    """A backend's maker of cascade graph states (with the Triton decode): one per captured
+    batch size, largest first, all reading one staging buffer that the first one sizes."""
+
+    def __init__(self, shape: CascadeShape, device: torch.device) -> None:
+        self.shape, self.device = shape, device
+        self._staging: CascadeStaging | None = None
+
+    def make(self, plain: Any) -> TritonCascadeGraphState:
+        """Beside the plain graph state `plain` (`TritonDecodeGraphState`), sharing its page table."""
+        if self._staging is None:
+            self._staging = CascadeStaging.for_batch(plain.batch_size, self.shape, self.device)
+        return TritonCascadeGraphState.make(plain, self._staging, self.shape)
