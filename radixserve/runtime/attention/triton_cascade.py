@@ -42,7 +42,10 @@ from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.host import to_device
 
-_WAVES = 4  # programs per SM to aim for
+# Level 0's programs per SM to aim for. One wave: on the H200 (benchmarks/gpu_cascade_tune.py,
+# W5's shape) 16 splits of a 16-row group beat 32 by 1.2x, and 8 splits of a 64-row group in
+# 128-row blocks beat 16 in 64-row blocks by 1.15x: fewer splits write fewer partials to merge.
+_WAVES = 1
 _MAX_PREFIX_SPLITS = 32
 
 
@@ -145,8 +148,15 @@ class CascadeShape:
 
 
 def block_m_for(tile_rows: int) -> int:
-    """Query tile rows per level-0 item for groups of up to `tile_rows` (rows x GQA heads)."""
-    return min(64, max(16, triton.next_power_of_2(tile_rows)))
+    """Query tile rows per level-0 item for groups of up to `tile_rows` (rows x GQA heads):
+    each prefix tile is loaded once per block, so large groups take the largest block whose
+    fp32 accumulator still fits in registers (128 x head dim, with `prefix_warps_for`'s 8 warps)."""
+    return min(128, max(16, triton.next_power_of_2(tile_rows)))
+
+
+def prefix_warps_for(block_m: int) -> int:
+    """Level 0's warps per program: 8 for 128-row blocks, 4 below (the sweep's best for each)."""
+    return 8 if block_m >= 128 else 4
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,8 @@ class CascadeLaunch:
     grid_items: int  # level 0's programs per KV head: the step's items, or a graph's capacity
     block_m: int
     block_n: int
+    prefix_warps: int = 4  # level 0's warps per program
+    prefix_stages: int = 3  # level 0's software pipelining depth (Triton's default)
 
 
 def run_levels(
@@ -181,6 +193,24 @@ def run_levels(
     # Level 1 also clears level 0's slots (to -inf) of every row: rows outside the groups, and
     # splits a group does not use, then count for nothing in the merge.
     tk.decode_partials(q, (k, v), table, launch.scale, launch.suffix_tiling, (mid_o, mid_lse), skip)
+    prefix_level(q, (k, v), group_rows, items, table[1], (mid_o, mid_lse), launch)
+    out = torch.empty_like(q)
+    tk.reduce_partials((mid_o, mid_lse), out)
+    return out
+
+
+def prefix_level(
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    group_rows: torch.Tensor,
+    items: torch.Tensor,
+    kv_indices: torch.Tensor,
+    mid: tuple[torch.Tensor, torch.Tensor],
+    launch: CascadeLaunch,
+) -> None:
+    """Level 0 alone: each item's partial into slot `s1 + SPLIT` of `mid` (`kv`: `[S, Hkv, D]`)."""
+    k, v = kv
+    mid_o, mid_lse = mid
     num_heads, head_dim = q.shape[1], q.shape[2]
     _prefix_items_kernel[(launch.grid_items, k.shape[1])](
         q,
@@ -188,7 +218,7 @@ def run_levels(
         v,
         group_rows,
         items,
-        table[1],
+        kv_indices,
         mid_o,
         mid_lse,
         launch.scale * LOG2E,
@@ -205,14 +235,12 @@ def run_levels(
         BLOCK_D=mid_o.shape[3],
         BLOCK_M=launch.block_m,
         BLOCK_N=launch.block_n,
-        MID_SPLITS=s1 + launch.prefix_splits,
-        MID_BASE=s1,
+        MID_SPLITS=mid_lse.shape[2],
+        MID_BASE=launch.suffix_tiling.splits,
         DOT_PRECISION=tk.dot_precision(q.dtype),
-        num_warps=4,
+        num_warps=launch.prefix_warps,
+        num_stages=launch.prefix_stages,
     )
-    out = torch.empty_like(q)
-    tk.reduce_partials((mid_o, mid_lse), out)
-    return out
 
 
 @dataclass
@@ -245,6 +273,7 @@ class TritonCascadePlan:
             work.num_items,
             block_m,
             shape.block_n,
+            prefix_warps_for(block_m),
         )
         b, w = batch.batch_size, work.num_items
         host = np.empty(ci.packed_size(b, w), dtype=np.int32)

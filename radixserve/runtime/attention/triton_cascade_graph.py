@@ -19,7 +19,13 @@ import numpy as np
 import torch
 
 from radixserve.runtime.attention import cascade_items as ci
-from radixserve.runtime.attention.triton_cascade import CascadeLaunch, CascadeShape, block_m_for, run_levels
+from radixserve.runtime.attention.triton_cascade import (
+    CascadeLaunch,
+    CascadeShape,
+    block_m_for,
+    prefix_warps_for,
+    run_levels,
+)
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.host import PinnedStaging
 
@@ -77,6 +83,7 @@ class TritonCascadeGraphState:
             cap,
             block_m,
             shape.block_n,
+            prefix_warps_for(block_m),
         )
         return TritonCascadeGraphState(
             bs,
