@@ -74,8 +74,12 @@ class EngineConfig:
     # group, in steps where the groups save at least `cascade_min_saved` slot reads per layer
     # (with the Triton decode such steps replay CUDA graphs of their own; with FlashInfer's
     # decode kernel or the torch backend they run eagerly). Every backend has it.
-    # Off by default: W5 in BENCHMARKS.md measures it on the H200.
-    cascade_attention: bool = False
+    # None (the default): on where cascade steps replay CUDA graphs (a CUDA device with the
+    # Triton decode and `cuda_graph`, the GPU default), off elsewhere. On the H200 it made W2
+    # 1.08x and W5's decode steps 1.14x / 1.59x faster and left the step period of batches
+    # that share nothing unchanged (BENCHMARKS.md, session 9); eager cascade steps cost more
+    # host time than they save, and the CPU keeps transformers' plain attention arithmetic.
+    cascade_attention: bool | None = None
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
@@ -117,6 +121,10 @@ class EngineConfig:
         if self.layer_kernels not in ("auto", "flashinfer", "torch"):
             raise ValueError(
                 f"EngineConfig.layer_kernels={self.layer_kernels!r}: use auto, flashinfer or torch"
+            )
+        if self.cascade_attention not in (None, True, False):
+            raise ValueError(
+                f"EngineConfig.cascade_attention={self.cascade_attention!r}: use None (auto), True or False"
             )
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
@@ -165,7 +173,8 @@ class EngineConfig:
             mixed_steps=self.mixed_steps,
             stream_interval=self.stream_interval,
             stream_gap_s=self.stream_interval_ms / 1e3,
-            cascade_min_shared=self.cascade_min_shared if self.cascade_attention else 0,
+            # None keeps the threshold: the engine's build turns grouping off where no graphs run it.
+            cascade_min_shared=0 if self.cascade_attention is False else self.cascade_min_shared,
             cascade_min_saved=self.cascade_min_saved,
         )
 

@@ -65,7 +65,9 @@ def _build(cfg: EngineConfig) -> EngineParts:
     cache = RadixCache(allocator, page_size=cfg.page_size)
     table = ReqToSlotTable(cfg.max_running_requests, context_length + 1, device=device)
     sched_cfg = cfg.scheduler_config()
-    if not attn.supports_cascade:  # its kernels would ignore the groups: don't form them
+    if not attn.supports_cascade or (cfg.cascade_attention is None and not cascade_graphs(cfg, attn)):
+        # Its kernels would ignore the groups, or (the default) its cascade steps would run
+        # eagerly: don't form them.
         sched_cfg = replace(sched_cfg, cascade_min_shared=0)
     elif sched_cfg.cascade_min_shared:
         attn.prepare_cascade()  # kernels built at start, not in the first cascade step
@@ -85,6 +87,13 @@ def _build(cfg: EngineConfig) -> EngineParts:
             cascade=sched_cfg.cascade_min_shared > 0,
         )
     return EngineParts(loaded, pool, scheduler, runner, context_length)
+
+
+def cascade_graphs(cfg: EngineConfig, attn: Any) -> bool:
+    """Whether the engine's cascade decode steps would replay CUDA graphs (what
+    `cascade_attention=None` turns grouping on for)."""
+    on_gpu = cfg.cuda_graph and cfg.torch_device().type == "cuda"
+    return on_gpu and bool(getattr(attn, "cascade_graphs", False))
 
 
 def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: Any, context_length: int) -> int:

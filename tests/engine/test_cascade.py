@@ -52,8 +52,20 @@ def test_cascade_decode_matches_transformers(overlap: bool, cases: Any) -> None:
     assert stats["cascade_steps"] > 0 and stats["cascade_saved_slot_reads"] > 0
 
 
+def test_cascade_attention_default_forms_no_groups_on_the_cpu(cases: Any) -> None:
+    # None (auto) turns grouping on only where cascade steps replay CUDA graphs.
+    prompts, refs = cases
+    cfg = engine_config(cascade_min_shared=16, cascade_min_saved=16)
+    assert cfg.cascade_attention is None
+    outs, stats = run(with_engine, cfg, lambda e: _body(e, prompts))
+    assert [list(o.token_ids) for o in outs[:-1]] == refs
+    assert stats["cascade_steps"] == 0
+
+
 def test_cascade_attention_false_turns_grouping_off() -> None:
     assert engine_config(cascade_attention=False).scheduler_config().cascade_min_shared == 0
+    with pytest.raises(ValueError, match="cascade_attention"):
+        engine_config(cascade_attention="yes")
     assert (
         engine_config(cascade_attention=True, cascade_min_shared=300).scheduler_config().cascade_min_shared
         == 300
