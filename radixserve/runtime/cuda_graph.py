@@ -175,17 +175,18 @@ class DecodeGraphs:
         )
         if not plain or inp.cascade is None:
             return plain
-        state = self.cascade_states.get(self._size(b))
+        state = self.cascade_states.get(self.graph_size(b))
         return state is not None and state.fits(inp.cascade)
 
-    def _size(self, b: int) -> int:
+    def graph_size(self, b: int) -> int:
+        """The captured batch size a step of `b` rows replays (its rows padded up to it)."""
         return next(s for s in self.sizes if s >= b)
 
     def run_decode(self, inp: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits `[B, vocab]` and the rows (device int64) of a decode step: one copy (two for
         a cascade step: its work list), one replay."""
         b = inp.batch_size
-        bs = self._size(b)
+        bs = self.graph_size(b)
         self.staging.upload(inp)
         if inp.cascade is None:
             self.graphs[bs].replay()
@@ -204,7 +205,7 @@ class DecodeGraphs:
     def run(self, fb: ForwardBatch) -> torch.Tensor:
         """Logits `[B, vocab]` of a decode batch of B requests, through the graph of its size."""
         b = fb.batch_size
-        bs = self._size(b)
+        bs = self.graph_size(b)
         self.input_ids[:b].copy_(fb.input_ids)
         self.positions[:b].copy_(fb.positions)
         self.out_slots[:b].copy_(fb.out_slots)

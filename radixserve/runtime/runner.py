@@ -24,9 +24,10 @@ from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.extend_graphs import ExtendGraphs
+from radixserve.runtime.greedy_graphs import GreedyGraphs
 from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
-from radixserve.runtime.step import StepInput
+from radixserve.runtime.step import DecodeInputs, StepInput
 
 # (step number from 1, logits [rows, vocab], the step's sampling inputs) -> logits to use
 FaultHook = Callable[[int, torch.Tensor, SamplingInputs], torch.Tensor]
@@ -77,6 +78,8 @@ class Forwarded:
     prompt_lp_targets: list[int] | None
     prompt_top_k: int
     rows: torch.Tensor | None = None  # the sampling rows on the device, when the forward had them
+    # The decode inputs of a step the decode graphs ran (`run_decode`): its greedy graph can sample it.
+    graph_decode: DecodeInputs | None = None
 
 
 @dataclass
@@ -106,9 +109,11 @@ class ModelRunner:
         self.attn = attn
         self.device = device
         self.sampler = Sampler(vocab_size, max_rows, device)
-        self.last_tokens = torch.zeros(max_rows, dtype=torch.int64, device=device)
+        # One entry past the rows: the scratch that graph padding rows write (greedy_graphs.py).
+        self.last_tokens = torch.zeros(max_rows + 1, dtype=torch.int64, device=device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.graphs: DecodeGraphs | None = None
+        self.greedy_graphs: GreedyGraphs | None = None
         self.extend_graphs: ExtendGraphs | None = None
         # Test hook (radixserve.testing.inject_faults): sees each step's logits, may raise or edit them.
         self.fault_hook: FaultHook | None = None
@@ -139,6 +144,9 @@ class ModelRunner:
             self.model, self.attn, max_bs, max_kv_tokens, scratch_slot, self.device, tables, cascade
         )
         self.graphs.capture(self.stream, pool)
+        if self.graphs.device_inputs:
+            self.greedy_graphs = GreedyGraphs(self.graphs, self.sampler.vocab_size, self.last_tokens)
+            self.greedy_graphs.capture(self.stream)
         return True
 
     def launch(self, step: StepInput) -> StepHandle:
@@ -148,11 +156,12 @@ class ModelRunner:
         """Enqueue the forward pass only; `sample()` finishes the step (structured output
         fills its bitmask in between, once the previous step's tokens are known)."""
         with self._on_stream():
-            logits, rows = self._forward(step)
+            logits, rows, graph_decode = self._forward(step)
             self.launches += 1
             if self.fault_hook is not None:  # tests: radixserve.testing.inject_faults
                 logits = self.fault_hook(self.launches, logits, step.sampling)
-        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k, rows)
+                graph_decode = None  # the hook's logits, not the graph's buffer, are the step's
+        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k, rows, graph_decode)
 
     def sample(
         self, fwd: Forwarded, bitmask: torch.Tensor | None = None, bitmask_rows: list[int] | None = None
@@ -161,15 +170,38 @@ class ModelRunner:
         if bitmask is not None:
             fwd.sampling.bitmask, fwd.sampling.bitmask_rows = bitmask, bitmask_rows
         with self._on_stream():
+            greedy = self._graph_greedy(fwd)
+            if greedy is not None:
+                return self._handle(StepHandle(next_ids=_to_host(greedy), event=None))
             return self._sample(fwd.logits, fwd.sampling, fwd.prompt_lp_targets, fwd.prompt_top_k, fwd.rows)
+
+    @torch.inference_mode()
+    def _graph_greedy(self, fwd: Forwarded) -> torch.Tensor | None:
+        """The step's greedy ids from its greedy graph (greedy_graphs.py), when the decode
+        graphs ran it and argmax is all its sampling asks; else None (the sampler's turn)."""
+        s = fwd.sampling
+        if self.greedy_graphs is None or fwd.graph_decode is None or fwd.prompt_lp_targets:
+            return None
+        if not s.argmax_only or s.init or len(s) != fwd.graph_decode.batch_size:
+            return None
+        return self.greedy_graphs.run(fwd.graph_decode)
+
+    def _handle(self, handle: StepHandle) -> StepHandle:
+        """`handle` with the event that says when its host copies are filled (CUDA)."""
+        if self.device.type == "cuda":
+            handle.event = torch.cuda.Event()
+            handle.event.record()
+        return handle
 
     def _on_stream(self) -> Any:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None, DecodeInputs | None]:
+        """(logits, the sampling rows on the device or None, the decode inputs if graphs ran them)."""
         if step.decode is not None and self.graphs is not None and self.graphs.can_run_decode(step.decode):
-            return self.graphs.run_decode(step.decode)  # inputs built inside the graph
+            logits, rows = self.graphs.run_decode(step.decode)  # inputs built inside the graph
+            return logits, rows, step.decode
         if step.decode is not None:
             if self.slot_table is None:
                 raise RuntimeError("a decode step needs the slot_table (ReqToSlotTable.device_table)")
@@ -181,11 +213,11 @@ class ModelRunner:
                 pos = to_device(step.pending_pos, torch.int64, self.device)
                 fb.input_ids[pos] = self.last_tokens[to_device(step.pending_rows, torch.int64, self.device)]
         if step.decode is None and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
-            return self.extend_graphs.run(fb), fb.rows
+            return self.extend_graphs.run(fb), fb.rows, None
         if self.graphs is not None and self.graphs.can_run(fb):
-            return self.graphs.run(fb), fb.rows
+            return self.graphs.run(fb), fb.rows, None
         self.attn.plan(fb)
-        return self.model(fb, self.attn), fb.rows
+        return self.model(fb, self.attn), fb.rows, None
 
     @torch.inference_mode()
     def _sample(
@@ -215,10 +247,7 @@ class ModelRunner:
             if prompt_top_k:
                 top_lps, top_ids = lp.topk(prompt_top_k, dim=-1)
                 handle.prompt_top_ids, handle.prompt_top_lps = _to_host(top_ids), _to_host(top_lps)
-        if self.device.type == "cuda":
-            handle.event = torch.cuda.Event()
-            handle.event.record()
-        return handle
+        return self._handle(handle)
 
 
 def _to_host(t: torch.Tensor | None) -> torch.Tensor:

@@ -126,6 +126,13 @@ class SamplingInputs:
     def want_logprobs(self) -> bool:
         return bool(self.flags & LOGPROBS)
 
+    @property
+    def argmax_only(self) -> bool:
+        """Every row greedy, with no logit edits (penalties, suppression, bias, bitmask) and no
+        logprobs: the step's ids are the argmax of its logits (`greedy_argmax`)."""
+        edits = self.flags & PENALTIES or self.suppress or self.bias or self.bitmask is not None
+        return self.all_greedy and not edits and not self.want_logprobs
+
 
 @dataclass
 class SampleOutput:
@@ -182,12 +189,9 @@ class Sampler:
             self._seen[row].zero_()  # type: ignore[index]
             if seen_ids:
                 self._seen[row, to_device(seen_ids, torch.int64, self.device)] = True  # type: ignore[index]
+        if inp.argmax_only:
+            return SampleOutput(next_ids=greedy_argmax(logits, self.vocab_size), rows=rows)
         edits = bool(penalized is not None or inp.suppress or inp.bias or inp.bitmask is not None)
-        if inp.all_greedy and not edits and not inp.want_logprobs:
-            # The common step: one reduction over the logits in their own dtype (bf16 -> f32
-            # is exact, so the argmax is the same; max(dim) returns the first of tied maxima).
-            values, next_ids = logits[:, : self.vocab_size].max(dim=-1)
-            return SampleOutput(next_ids=_mark_invalid(next_ids, values), rows=rows)
         logits = logits[:, : self.vocab_size].float()
         raw = logits
         if edits:
@@ -266,6 +270,14 @@ class Sampler:
         sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
         sub = sub - freq * counts - pres * (counts > 0).float()
         logits[sel] = sub
+
+
+def greedy_argmax(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The argmax of each row's first `vocab_size` logits (INVALID_TOKEN for broken rows): one
+    reduction in the logits' own dtype (bf16 -> f32 is exact, so the argmax is the same;
+    max(dim) returns the first of tied maxima). Graph-capturable (runtime/greedy_graphs.py)."""
+    values, next_ids = logits[:, :vocab_size].max(dim=-1)
+    return _mark_invalid(next_ids, values)
 
 
 def _mark_invalid(next_ids: torch.Tensor, row_max: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Decode graphs that build their own inputs (`step_fill` inside the graph) give the same
-logits and the same device table as graphs fed by the host-built batch (GPU only)."""
+logits and the same device table as graphs fed by the host-built batch, and their greedy
+graphs (greedy_graphs.py) sample the argmax into the step's rows alone (GPU only)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from radixserve.model.loader import load_model
 from radixserve.runtime.cuda_graph import DecodeGraphs
 from radixserve.runtime.decode_inputs import build_decode_batch
+from radixserve.runtime.greedy_graphs import GreedyGraphs
 from radixserve.runtime.step import DecodeInputs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -37,12 +39,15 @@ def test_graph_built_inputs_match_host_built() -> None:
     for device_inputs in (True, False):
         pool, table, attn = graph_side(cfg, MAX_BS, CONTEXT, SLOTS)  # the same random cache on both sides
         assert attn.device_planned_graphs
-        last = torch.arange(MAX_BS, device=device) * 7 + 3
+        last = torch.arange(MAX_BS + 1, device=device) * 7 + 3  # + the greedy graphs' scratch
         tables = (table.device_table, last) if device_inputs else None
         graphs = DecodeGraphs(model, attn, MAX_BS, MAX_BS * CONTEXT, SLOTS, device, tables)
         stream = torch.cuda.Stream()
         graphs.capture(stream)
         assert graphs.device_inputs == device_inputs
+        if device_inputs:
+            greedy = GreedyGraphs(graphs, cfg.vocab_size, last)
+            greedy.capture(stream)
         sides.append((pool, table, graphs, last, stream))
 
     # Three steps of 5 requests (padded to the graph of 8) on scattered slots, some ids in flight.
@@ -68,12 +73,20 @@ def test_graph_built_inputs_match_host_built() -> None:
                     assert graphs.can_run_decode(inp)
                     logits, got_rows = graphs.run_decode(inp)
                     assert got_rows.tolist() == rows.tolist()
+                    before = last.clone()
+                    ids = greedy.run(inp).clone()
                 else:
                     fb = build_decode_batch(inp, table.device_table, last, device)
                     assert graphs.can_run(fb)
                     logits = graphs.run(fb)
                 outs.append(logits.float().clone())
             stream.synchronize()
+        # The greedy graph: the argmax of the step's logits, written to the step's rows only.
+        assert ids.tolist() == outs[0].argmax(dim=-1).tolist()
+        after, want = sides[0][3], before.clone()
+        want[torch.as_tensor(rows, device=device)] = ids
+        assert torch.equal(after[:MAX_BS], want[:MAX_BS])
+        sides[1][3].copy_(after)  # the host-built side reads the same last tokens next step
         assert outs[0].shape[0] == len(rows)
         # The same kernels on the same inputs: equal up to nothing but kernel nondeterminism.
         torch.testing.assert_close(outs[0], outs[1], rtol=1e-3, atol=1e-2)
