@@ -6,7 +6,8 @@ W5 (BENCHMARKS.md): N requests sharing a 4096-token prefix, here at the
 workload's middle step (8 + 128 own tokens each), Llama-3.1-8B's heads (32
 query, 8 KV heads of 128), bfloat16, every one of the 32 layers its own K/V
 buffers (so the prefix is not served from L2). For N = 16 and 64 it times the
-32 layers' decode attention inside one CUDA graph (median of 7 replays):
+32 layers' decode attention inside one CUDA graph (median of 7 replays, the
+suite's `device_ms`):
 
 - plain decode (`decode_attention`, the engine's tiling), the "off" figure;
 - the cascade (`run_levels`) for each level-0 launch choice: prefix splits,
@@ -23,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import print_table, provenance  # noqa: E402
+from benchmarks.suite.decode import device_ms  # noqa: E402
 from radixserve.runtime.attention import cascade_items as ci  # noqa: E402
 from radixserve.runtime.attention import triton_cascade as tc  # noqa: E402
 from radixserve.runtime.attention import triton_kernels as tk  # noqa: E402
@@ -46,24 +47,9 @@ PREFIX, OWN = 4096, 8 + 128
 BF16_TOL = 1.5e-2
 
 
-def graph_ms(fn: Callable[[], None], replays: int = 7) -> float:
-    """Median device ms of one replay of `fn` captured in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    times = []
-    for _ in range(replays + 1):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times[1:])
+def graph_ms(fn: Callable[[], object]) -> float:
+    """Median device ms of 7 replays of `fn` captured in a CUDA graph."""
+    return device_ms(fn, torch.device("cuda"), replays=7)[0]
 
 
 class W5Step:

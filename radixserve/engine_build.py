@@ -19,6 +19,7 @@ from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
+from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.kernels import make_kernels, use_kernels
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sched.scheduler import Scheduler
@@ -89,11 +90,11 @@ def _build(cfg: EngineConfig) -> EngineParts:
     return EngineParts(loaded, pool, scheduler, runner, context_length)
 
 
-def cascade_graphs(cfg: EngineConfig, attn: Any) -> bool:
+def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:
     """Whether the engine's cascade decode steps would replay CUDA graphs (what
     `cascade_attention=None` turns grouping on for)."""
     on_gpu = cfg.cuda_graph and cfg.torch_device().type == "cuda"
-    return on_gpu and bool(getattr(attn, "cascade_graphs", False))
+    return on_gpu and attn.cascade_graphs
 
 
 def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: Any, context_length: int) -> int:

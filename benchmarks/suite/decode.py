@@ -141,10 +141,10 @@ def _w5(ctx: Ctx, spec: str, cascade: bool, min_shared: int, min_saved: int) -> 
             rec("W5", name, setting, "attention_ms_per_step", att["ms"], **att["extra"])
 
 
-def device_ms(fn: Any, device: torch.device) -> tuple[float, str]:
-    """Device ms of `fn`'s kernels: captured in a CUDA graph and replayed (so Python's launch
-    cost between kernels is not counted, as inside the engine's decode graphs); where capture
-    fails, the eager run between CUDA events."""
+def device_ms(fn: Any, device: torch.device, replays: int = 1) -> tuple[float, str]:
+    """Device ms of `fn`'s kernels, the median of `replays` runs: captured in a CUDA graph and
+    replayed (so Python's launch cost between kernels is not counted, as inside the engine's
+    decode graphs); where capture fails, the eager run between CUDA events."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -154,19 +154,20 @@ def device_ms(fn: Any, device: torch.device) -> tuple[float, str]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
             fn()
-        torch.cuda.synchronize(device)
-        begin.record()
-        graph.replay()
-        end.record()
+        run = graph.replay
         how = "cuda graph of the layer loop"
     except RuntimeError as e:
-        torch.cuda.synchronize(device)
-        begin.record()
-        fn()
-        end.record()
+        run = fn
         how = f"eager between CUDA events (capture failed: {str(e)[:80]})"
-    end.synchronize()
-    return begin.elapsed_time(end), how
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(replays):
+        begin.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times), how
 
 
 def attention_time(

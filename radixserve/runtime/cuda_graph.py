@@ -90,7 +90,7 @@ class DecodeGraphs:
             from radixserve.runtime.step_fill import StepFillStaging  # imports triton
 
             self.staging = StepFillStaging(cap=n, device=device)
-        self.cascade = cascade and self.tables is not None and bool(getattr(attn, "cascade_graphs", False))
+        self.cascade = cascade and self.tables is not None and attn.cascade_graphs
 
     @property
     def device_inputs(self) -> bool:

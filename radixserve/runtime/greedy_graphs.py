@@ -20,18 +20,22 @@ any other way replay them as before and run the sampler.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from radixserve.runtime.sampler import greedy_argmax
 from radixserve.runtime.step import DecodeInputs
 
+if TYPE_CHECKING:  # step_fill imports triton; greedy graphs exist only where it is installed
+    from radixserve.runtime.cuda_graph import DecodeGraphs
+    from radixserve.runtime.step_fill import StepFillStaging
+
 
 def commit_greedy(
     logits: torch.Tensor,
     vocab_size: int,
-    staging: Any,
+    staging: StepFillStaging,
     last_tokens: torch.Tensor,
     out: torch.Tensor,
 ) -> None:
@@ -41,7 +45,7 @@ def commit_greedy(
     bs = logits.shape[0]
     ids = greedy_argmax(logits, vocab_size)
     out[:bs].copy_(ids)
-    real = torch.arange(bs, device=logits.device) < staging.device_buf[0]
+    real = torch.arange(bs, device=logits.device) < staging.count
     rows = torch.where(real, staging.rows[:bs], last_tokens.numel() - 1)
     last_tokens[rows] = ids.clamp(min=0)
 
@@ -49,7 +53,7 @@ def commit_greedy(
 class GreedyGraphs:
     """One greedy graph beside each decode graph of a `DecodeGraphs` in device-input mode."""
 
-    def __init__(self, graphs: Any, vocab_size: int, last_tokens: torch.Tensor) -> None:
+    def __init__(self, graphs: DecodeGraphs, vocab_size: int, last_tokens: torch.Tensor) -> None:
         if not graphs.device_inputs:
             raise ValueError("greedy graphs read the step-fill staging: device-input mode only")
         if last_tokens.numel() <= graphs.staging.cap:

@@ -189,6 +189,11 @@ class StepFillStaging:
         self.device_buf = self._pinned.device_buf
 
     @property
+    def count(self) -> torch.Tensor:
+        """The step's request count n on the device (a 0-d view: graphs read it at replay)."""
+        return self.device_buf[0]
+
+    @property
     def rows(self) -> torch.Tensor:
         """All `cap` row entries on the device; the step's rows are the first n."""
         return self.device_buf[1 + self.cap : 1 + 2 * self.cap]

@@ -26,7 +26,7 @@ def test_commit_greedy_writes_the_ids_and_only_the_real_rows() -> None:
     buf = torch.zeros(2 + 5 * cap, dtype=torch.int64)
     buf[0] = len(rows)
     buf[1 + cap : 1 + cap + bs] = torch.tensor([*rows, 3, 3])
-    staging = SimpleNamespace(device_buf=buf, rows=buf[1 + cap : 1 + 2 * cap])
+    staging = SimpleNamespace(count=buf[0], rows=buf[1 + cap : 1 + 2 * cap])
     last = torch.full((cap + 1,), -7, dtype=torch.int64)  # the last entry is the scratch
     out = torch.zeros(cap, dtype=torch.int64)
 

@@ -37,6 +37,12 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.scale = scale
 
+    @property
+    def cascade_graphs(self) -> bool:
+        """Whether cascade decode steps can replay CUDA graphs (`make_cuda_graph_cascade_state`).
+        Default: no; such steps run eagerly."""
+        return False
+
     def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Load what cascade steps need before the first one (kernels). Default: nothing."""
 
