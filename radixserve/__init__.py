@@ -20,6 +20,7 @@ _EXPORTS = {
     "Engine": "radixserve.blocking",
     "EngineDeadError": "radixserve.errors",
     "EngineClosedError": "radixserve.errors",
+    "EngineStalledError": "radixserve.errors",
     "EngineConfig": "radixserve.config",
     "RequestOutput": "radixserve.outputs",
     "TokenLogprob": "radixserve.outputs",
@@ -34,6 +35,7 @@ __all__ = [
     "EngineClosedError",
     "EngineConfig",
     "EngineDeadError",
+    "EngineStalledError",
     "RequestOutput",
     "SamplingParams",
     "TokenLogprob",
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from radixserve.blocking import Engine
     from radixserve.config import EngineConfig
     from radixserve.engine import AsyncEngine
-    from radixserve.errors import EngineClosedError, EngineDeadError
+    from radixserve.errors import EngineClosedError, EngineDeadError, EngineStalledError
     from radixserve.outputs import RequestOutput, TokenLogprob, Usage
     from radixserve.sampling_params import SamplingParams
 

@@ -49,6 +49,11 @@ class EngineConfig:
     # cost host work per output, not per token (at most 1000 / stream_interval_ms outputs a
     # second per stream), while one slower than this still streams every token.
     stream_interval_ms: float = 20.0
+    # Seconds one worker step may run, with requests waiting, before the engine is declared
+    # stalled: pending requests fail with EngineStalledError, `healthy` turns False until the
+    # step ends (radixserve/watchdog.py). None: no watchdog. Longer than any honest step (a
+    # first step that compiles GPU kernels, a large prefill chunk on a slow CPU).
+    watchdog_timeout_s: float | None = 120.0
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
     mem_fraction: float = 0.85  # GPU: share of free memory (after weights) for the KV pool
@@ -105,6 +110,9 @@ class EngineConfig:
         ms = self.stream_interval_ms
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
             raise ValueError(f"EngineConfig.stream_interval_ms={ms!r}: must be a number of milliseconds >= 0")
+        wd = self.watchdog_timeout_s
+        if wd is not None and (isinstance(wd, bool) or not isinstance(wd, (int, float)) or not 0 < wd < 1e9):
+            raise ValueError(f"EngineConfig.watchdog_timeout_s={wd!r}: must be None or seconds > 0")
         if not isinstance(self.extend_graph_tokens, int) or self.extend_graph_tokens < 0:
             raise ValueError(f"EngineConfig.extend_graph_tokens={self.extend_graph_tokens!r}: must be >= 0")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):

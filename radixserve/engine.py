@@ -31,7 +31,7 @@ from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
 from radixserve.engine_build import build_parts
-from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError
+from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError, EngineStalledError
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt
@@ -42,6 +42,7 @@ from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
 from radixserve.sinks import Collector, Sink, Sinks, Stream
 from radixserve.submission import complete_many, make_requests
+from radixserve.watchdog import Watchdog
 
 
 class AsyncEngine:
@@ -55,6 +56,7 @@ class AsyncEngine:
         self._arrival = itertools.count()
         self._error: BaseException | None = None
         self._start_task: asyncio.Task[None] | None = None
+        self._watchdog: Watchdog | None = None
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
@@ -90,6 +92,9 @@ class AsyncEngine:
             self._start_task = None
         assert self._worker is not None
         self._worker.start()
+        if self.config.watchdog_timeout_s is not None:
+            self._watchdog = Watchdog(self._worker, self.config.watchdog_timeout_s, self._on_stall)
+            self._watchdog.start()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -128,7 +133,12 @@ class AsyncEngine:
             assert self._sinks.idle is not None
             await self._sinks.idle.wait()
         worker, self._worker = self._worker, None
-        await asyncio.to_thread(worker.stop)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            await watchdog.stop()
+        # A worker stuck in a step that never ends is left behind (a daemon thread) rather
+        # than waited for: the watchdog's timeout bounds how long an honest step takes.
+        await asyncio.to_thread(worker.stop, None if watchdog is None else watchdog.timeout_s)
         if self._loop is not None and not self._loop.is_closed():
             self._sinks.close(EngineClosedError("the engine was shut down before this request finished"))
         # Drop the model, pool and graphs so their device memory can be reused.
@@ -143,7 +153,9 @@ class AsyncEngine:
     @property
     def healthy(self) -> bool:
         loop_ok = self._loop is not None and not self._loop.is_closed()
-        return self._worker is not None and self._worker.alive and self._error is None and loop_ok
+        stalled = self._watchdog is not None and self._watchdog.stalled
+        running = self._worker is not None and self._worker.alive and self._error is None
+        return running and loop_ok and not stalled
 
     @property
     def tokenizer(self) -> Any:
@@ -268,7 +280,9 @@ class AsyncEngine:
         await self._call(lambda s: s.check_integrity())
 
     async def stats(self) -> dict[str, Any]:
-        return dict(await self._call(lambda s: maintenance.read_stats(s, self._worker)))
+        stats = dict(await self._call(lambda s: maintenance.read_stats(s, self._worker)))
+        stats["watchdog_stalls"] = self._watchdog.stalls if self._watchdog is not None else 0
+        return stats
 
     # ---- structured output (radixserve/constrained/) -------------------------------------
 
@@ -299,6 +313,8 @@ class AsyncEngine:
             raise RuntimeError(
                 "the engine is not running: use `async with engine:` or `await engine.start()`"
             )
+        if self._watchdog is not None and self._watchdog.error is not None:
+            raise self._watchdog.error
 
     def _make_requests(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None, extra_key: str | None
@@ -331,6 +347,13 @@ class AsyncEngine:
 
     def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
         self._sinks.post(outputs, self._to_loop)
+
+    def _on_stall(self, err: EngineStalledError) -> None:  # event loop (the watchdog)
+        keys = self._sinks.close(err)
+        worker = self._worker
+        if worker is not None:  # their KV comes back if the worker's step ends after all
+            for key in keys:
+                worker.submit("abort", (key, "failed by the watchdog: the engine stalled"))
 
     def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:

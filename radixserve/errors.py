@@ -7,6 +7,13 @@ class EngineDeadError(RuntimeError):
     """The worker thread failed (or its event loop closed); the engine takes no more requests."""
 
 
+class EngineStalledError(EngineDeadError):
+    """The worker made no progress for `EngineConfig.watchdog_timeout_s` with work to do.
+
+    Pending requests fail with it and new ones are refused while the stall lasts; the engine
+    serves again if the worker's step ends after all (`radixserve/watchdog.py`)."""
+
+
 class EngineClosedError(EngineDeadError):
     """The engine was shut down (`shutdown(drain=False)`, `Engine.close()`) before the request ended."""
 

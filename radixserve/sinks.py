@@ -181,7 +181,7 @@ class Sinks:
             q = self._streams.get(key)
             if q is not None:
                 q.put_nowait(out)
-            if out.finished:
+            if out.finished and key in self._pending:  # not one that `close` ended already
                 self._active -= 1
                 left = self._pending.get(key, 0) - 1
                 if left > 0:
@@ -209,8 +209,11 @@ class Sinks:
         self.calls.add(fut)
         return fut, done
 
-    def close(self, err: BaseException) -> None:  # event loop
-        """Every pending submission and maintenance call ends with `err`; nobody waits forever."""
+    def close(self, err: BaseException) -> list[str]:  # event loop
+        """Every pending submission and maintenance call ends with `err`; nobody waits forever.
+
+        Returns the keys of the submissions that were pending."""
+        keys = list(self._pending)
         for q in self._streams.values():
             q.put_nowait(err)
         for fut in self.calls:
@@ -223,3 +226,4 @@ class Sinks:
         self._active = 0
         if self.idle is not None:
             self.idle.set()
+        return keys

@@ -20,6 +20,12 @@ thread-safe inbox) and the `post` callback (which the engine routes through
 request still pending and marks the worker dead, so no caller hangs; an
 error in one request's data (adding it, detokenizing its tokens) fails only
 that request (`Scheduler.fail_request`).
+
+Progress: `stalled_for()` tells how long the loop has been inside one
+iteration while it has work (0 while it waits for work), and `in_step()` which
+requests that iteration serves. The engine's watchdog (`radixserve/watchdog.py`)
+reads both from the event loop: a step that never returns (a library call that
+does not end) cannot be interrupted in a thread, but its callers can be told.
 """
 
 from __future__ import annotations
@@ -70,6 +76,11 @@ class Worker:
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="radixserve-worker", daemon=True)
+        # Heartbeat: when the current loop iteration began (monotonic), and whether the loop
+        # is parked waiting for work (then nothing is stalled). Written by the worker only.
+        self._beat = time.monotonic()
+        self._parked = True
+        self._step: Batch | None = None  # the batch launched or processed now
 
     # ---- called from other threads -------------------------------------------------------
 
@@ -92,6 +103,17 @@ class Worker:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
+    def stalled_for(self) -> float:
+        """Seconds the loop has spent in its current iteration with work to do (0 when parked)."""
+        if self._parked or not self._thread.is_alive():
+            return 0.0
+        return time.monotonic() - self._beat
+
+    def in_step(self) -> list[str]:
+        """The request ids of the batch the loop launched or processes now (for error messages)."""
+        batch = self._step
+        return [r.rid for r in batch.reqs] if batch is not None else []
+
     # ---- the loop ------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -100,8 +122,10 @@ class Worker:
             # Every tensor this thread makes (batch inputs, sampler state) lives on
             # the runner's stream, so uses and frees are ordered with its kernels.
             torch.cuda.set_stream(self.runner.stream)
+        self._parked = False
         try:
             while not self._stop:
+                self._beat = time.monotonic()
                 self._drain_inbox()
                 batch = self.scheduler.schedule(inflight=last is not None)
                 if batch is NEED_SYNC or (batch is None and last is not None):
@@ -112,8 +136,10 @@ class Worker:
                 if batch is None:
                     self._flush_aborted()
                     if not self.scheduler.has_work and not self._inbox:
+                        self._parked = True
                         self._wake.wait()
                         self._wake.clear()
+                        self._parked = False
                     continue
                 assert isinstance(batch, Batch)
                 launched = self._launch(batch)
@@ -157,6 +183,7 @@ class Worker:
             self.post(aborted)
 
     def _launch(self, batch: Batch) -> StepHandle | Forwarded:
+        self._step = batch
         step = batch.to_step(self.runner.device)
         if self.grammar is not None and any(r.grammar is not None for r in batch.reqs):
             return self.runner.forward(step)
@@ -177,6 +204,7 @@ class Worker:
         return self.runner.sample(launched, *mask)
 
     def _finish_step(self, batch: Batch, handle: StepHandle) -> None:
+        self._step = batch
         outputs = self.scheduler.process(batch, handle.result())
         if outputs:
             self.outputs += len(outputs)
