@@ -1,13 +1,16 @@
 """Soak the HTTP server: many requests of mixed kinds, random disconnects and invalid bodies.
 
     python benchmarks/soak_server.py --requests 1000 --concurrency 32     # full size
+    python benchmarks/soak_server.py --requests 2000 --concurrency 32     # with the hostile kinds
     python benchmarks/soak_server.py --requests 80                        # the size CI runs (tests/server)
 
 Starts a server on 127.0.0.1 (uvicorn in a thread, the embedded model on the
 CPU unless --device says otherwise) and sends a seeded mix: plain and streamed
 chat, completions with n > 1, clients that hang up mid-stream or time out
 while waiting, malformed JSON, out-of-range parameters, unknown roles,
-oversized bodies and wrong API keys. Every answer is checked (status code,
+oversized bodies and wrong API keys, and hostile but well-formed input: recursive,
+slow-to-compile, huge-enum, lookaround and deeply nested JSON schemas, bodies nested
+10,000 deep, prompts far over the context. Every answer is checked (status code,
 OpenAI error body, streams ending in [DONE], n choices); afterwards nothing
 may run, every KV slot is accounted for (`check_integrity()`) and the server
 still answers. Prints a table and writes JSON under benchmarks/results/.
@@ -18,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -41,7 +46,19 @@ KINDS = [  # (kind, weight)
     ("oversized", 4),
     ("bad_key", 4),
     ("logprobs", 3),
+    # Hostile but well-formed input: each must get an answer or a clear 4xx, never a hang.
+    ("recursive_schema", 3),
+    ("slow_schema", 1),
+    ("big_enum", 1),
+    ("lookaround_pattern", 2),
+    ("deep_schema", 2),
+    ("deep_body", 3),
+    ("huge_prompt", 3),
 ]
+RECURSIVE = {  # a schema no finite JSON satisfies: jump-forward once looped on it forever
+    "$ref": "#/$defs/n",
+    "$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}},
+}
 WORDS = [
     "apple",
     "river",
@@ -56,6 +73,17 @@ WORDS = [
     "copper",
     "winter",
 ]
+
+
+HOSTILE = {
+    "recursive_schema",
+    "slow_schema",
+    "big_enum",
+    "lookaround_pattern",
+    "deep_schema",
+    "deep_body",
+    "huge_prompt",
+}
 
 
 def _prompt(rng: random.Random) -> str:
@@ -78,6 +106,61 @@ def _is_error(r: httpx.Response, status: int) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     return r.status_code == status and isinstance(err.get("message"), str) and "type" in err
+
+
+def _schema_chat(rng: random.Random, schema: Any) -> dict[str, Any]:
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    return _chat(rng, response_format=fmt, temperature=0, max_tokens=rng.randint(4, 24))
+
+
+def _answered_or_refused(r: httpx.Response) -> bool:
+    """A hostile schema may decode (200, bounded by max_tokens) or fail its request (a 400)."""
+    if r.status_code == 200:
+        return r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    return _is_error(r, 400)
+
+
+def _resident_mb() -> float:
+    """This process's resident memory (the server runs in it, in a thread)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _nested(depth: int, inner: str) -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+def _hostile_schema(kind: str, rng: random.Random) -> Any:
+    if kind == "recursive_schema":
+        return RECURSIVE
+    if kind == "slow_schema":  # many properties: compile time grows faster than linearly
+        props = {f"p{i}_{rng.randint(0, 10**6)}": {"type": "string"} for i in range(rng.randint(200, 500))}
+        return {"type": "object", "properties": props, "required": list(props)[:3]}
+    if kind == "big_enum":
+        return {"enum": [f"v{rng.randint(0, 10**9)}_{i}" for i in range(4000)]}
+    if kind == "lookaround_pattern":
+        pattern = rng.choice(["^(?=.*[0-9])[a-z0-9]+$", "^(?!x)[a-z]+$", "^(a)\\1$"])
+        return {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+    schema: Any = {"type": "string"}  # deep_schema
+    for _ in range(rng.choice([480, 600, 2000])):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+async def _hostile(client: httpx.AsyncClient, kind: str, rng: random.Random) -> bool:
+    if kind == "deep_body":  # JSON nested 10,000 deep, on generation routes and an admin route
+        path = rng.choice(["/generate", "/abort_request", "/v1/chat/completions"])
+        raw = ('{"text": "hi", "sampling_params": ' + _nested(10_000, "1") + "}").encode()
+        r = await client.post(path, content=raw, headers={"content-type": "application/json"})
+        return r.status_code == 400 and "traceback" not in r.text.lower()
+    if kind == "huge_prompt":  # under the body limit, ~31k tokens: refused before the model
+        body = {"model": MODEL, "prompt": "7 " * 31_000, "max_tokens": 4}
+        return _is_error(await client.post("/v1/completions", json=body), 400)
+    r = await client.post("/v1/chat/completions", json=_schema_chat(rng, _hostile_schema(kind, rng)))
+    if kind == "lookaround_pattern":  # never silently ignored
+        return _is_error(r, 400)
+    return _answered_or_refused(r)
 
 
 async def _events(r: httpx.Response) -> list[Any]:
@@ -152,6 +235,8 @@ async def one(client: httpx.AsyncClient, kind: str, rng: random.Random, max_body
         body = {**_chat(rng), "messages": [{"role": "user", "content": "x" * (max_body + 1)}]}
         r = await client.post("/v1/chat/completions", json=body)
         return _is_error(r, 413)
+    if kind in HOSTILE:
+        return await _hostile(client, kind, rng)
     if kind == "bad_key":
         r = await client.post(
             "/v1/chat/completions", json=_chat(rng), headers={"authorization": "Bearer nope"}
@@ -165,7 +250,9 @@ async def soak(
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     names, weights = zip(*KINDS)
-    plan = [(k, random.Random(rng.random())) for k in rng.choices(names, weights, k=requests)]
+    # One of every kind first (so a short run sends each), then the seeded mix.
+    kinds = list(names)[:requests] + rng.choices(names, weights, k=max(0, requests - len(names)))
+    plan = [(k, random.Random(rng.random())) for k in kinds]
     ok: collections.Counter[str] = collections.Counter()
     bad: collections.Counter[str] = collections.Counter()
     errors: list[str] = []
@@ -183,9 +270,21 @@ async def soak(
                     errors.append(f"{kind}: {type(e).__name__}: {e}")
                 (ok if good else bad)[kind] += 1
 
+        resident = [_resident_mb()]
+        done = asyncio.Event()
+
+        async def sample() -> None:
+            while not done.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(done.wait(), 2.0)
+                resident.append(_resident_mb())
+
+        sampler = asyncio.ensure_future(sample())
         t0 = time.perf_counter()
         await asyncio.gather(*(run(k, r) for k, r in plan))
         seconds = time.perf_counter() - t0
+        done.set()
+        await sampler
         final = await client.post("/v1/chat/completions", json=_chat(rng))
     return {
         "requests": requests,
@@ -196,6 +295,14 @@ async def soak(
         "failed": dict(bad),
         "errors": errors[:20],
         "still_serving": final.status_code == 200,
+        # Resident memory (MB) of the process serving: at the start, at its peak, at the end,
+        # and at the end of the first and last quarter of the run (growth between those two).
+        "resident_mb": {
+            "start": round(resident[0], 1),
+            "peak": round(max(resident), 1),
+            "end": round(resident[-1], 1),
+            "quarter": round(resident[len(resident) // 4], 1),
+        },
     }
 
 
@@ -236,7 +343,8 @@ def main() -> int:
     print_table(["kind", "ok", "failed"], rows)
     print(
         f"{args.requests} requests in {report['seconds']} s ({report['requests_per_s']} req/s), "
-        f"still serving: {report['still_serving']}, after: {report['after']}"
+        f"still serving: {report['still_serving']}, after: {report['after']}, "
+        f"resident MB: {report['resident_mb']}"
     )
     write_results(args.out, [report], env)
     return 0 if not report["failed"] and report["still_serving"] else 1
