@@ -158,19 +158,3 @@ def prompt_token_ids(seq: Sequence[Any]) -> list[int]:
         raise ValueError(
             "a prompt is a string, a list of chat messages (dicts) or a list of integer token ids"
         ) from None
-
-
-def chat_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """Each message a mapping with a known `role` and a string `content`."""
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content', got {_short(m)}")
-        role, content = m.get("role"), m.get("content")
-        if role not in CHAT_ROLES:
-            raise ValueError(f"messages[{i}].role={_short(role)}: must be one of {', '.join(CHAT_ROLES)}")
-        if not isinstance(content, str):
-            raise ValueError(f"messages[{i}].content={_short(content)}: must be a string")
-        check_text("content", content, owner=f"messages[{i}]")
-        out.append(dict(m))
-    return out

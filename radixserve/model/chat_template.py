@@ -116,9 +116,8 @@ def _check_name(name: Any) -> None:
         )
 
 
-@lru_cache(maxsize=32)
-def compile_template(source: str) -> jinja2.Template:
-    """The compiled template (cached: a server renders the same one for every request)."""
+@lru_cache(maxsize=1)
+def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
     )
@@ -127,7 +126,23 @@ def compile_template(source: str) -> jinja2.Template:
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()
     env.globals["namespace"] = _Namespace
-    return env.from_string(source)
+    return env
+
+
+@lru_cache(maxsize=32)
+def compile_template(source: str) -> jinja2.Template:
+    """The compiled template (cached: a server renders the same one for every request)."""
+    return _environment().from_string(source)
+
+
+@lru_cache(maxsize=32)
+def template_variables(source: str) -> frozenset[str]:
+    """The variables `source` reads from its context (`messages`, `tools`, ...), as jinja2's
+    `meta.find_undeclared_variables` finds them; a template that never reads `tools` has no
+    tool support of its own."""
+    import jinja2.meta
+
+    return frozenset(jinja2.meta.find_undeclared_variables(_environment().parse(source)))
 
 
 def _plain(value: Any) -> Any:
