@@ -8,8 +8,9 @@ transformers' `apply_chat_template(messages, tools=...)` documents (and vLLM pas
   passed through unchanged (copied);
 - an assistant message may carry `tool_calls`
   (`[{"id", "type": "function", "function": {"name", "arguments"}}]`) with or without
-  `content`; `arguments` is a JSON *string* in OpenAI's API, and templates iterate it
-  as a mapping (`arguments | items`, `arguments | tojson`), so it is parsed to a dict;
+  `content` (a missing or null one is passed as "", as vLLM does: templates concatenate
+  it); `arguments` is a JSON *string* in OpenAI's API, and templates iterate it as a
+  mapping (`arguments | items`, `arguments | tojson`), so it is parsed to a dict;
 - a `tool` message carries `tool_call_id`, the id of a call made earlier in the
   conversation, and the result as `content`;
 - `chat_template_kwargs` are extra template variables (e.g. Qwen3's `enable_thinking`).
@@ -150,6 +151,7 @@ def chat_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
             if role != "assistant":
                 raise _bad(f"{at}.tool_calls", calls, "only assistant messages carry tool calls")
             message["tool_calls"] = _tool_calls(at, calls)
+            message.setdefault("content", "")  # as vLLM passes it: templates read it as a string
             call_ids.update(c["id"] for c in message["tool_calls"])
         if not isinstance(content, str) and not (content is None and calls is not None):
             raise _bad(f"{at}.content", content, "must be a string")
