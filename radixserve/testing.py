@@ -17,6 +17,11 @@ Fixtures
   (concurrency with `asyncio.gather`, streaming with `async for`). Do not call
   `radixserve_engine.engine` from a loop of your own (e.g. inside
   `asyncio.run`): the AsyncEngine belongs to the loop it was started in.
+- `openai_client` / `async_openai_client`: an `openai.OpenAI` / `openai.AsyncOpenAI`
+  served in process by `create_app` over the shared engine (no port, no subprocess;
+  `radixserve.server.inprocess_openai`). Its model is `radixserve_engine.engine.config.model`.
+  Use the sync one from the test itself, the async one from `asyncio.run(...)` or
+  `radixserve_run` (it works from any loop). Needs the `server` extra and `openai`.
 - `radixserve_engines` (session): the pool, `get(model=None, device=None)`,
   for session- or module-scoped fixtures of your own.
 
@@ -51,12 +56,15 @@ Example (examples/test_example_agent.py has a longer one)::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:  # radixserve imports torch: only fixtures that are used import it
+    import openai
+
     from radixserve.blocking import Engine
     from radixserve.engine import AsyncEngine
     from radixserve.runtime.runner import FaultHook
@@ -147,6 +155,24 @@ def radixserve_run(radixserve_engine: Engine) -> Callable[[Callable[[AsyncEngine
         return radixserve_engine._run(body(radixserve_engine.engine))  # type: ignore[no-any-return]
 
     return run
+
+
+@pytest.fixture
+def openai_client(radixserve_engine: Engine) -> Iterator[openai.OpenAI]:
+    from radixserve.server import create_app, inprocess_openai
+
+    client = inprocess_openai(create_app(radixserve_engine.engine))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def async_openai_client(radixserve_engine: Engine) -> Iterator[openai.AsyncOpenAI]:
+    from radixserve.server import create_app, inprocess_async_openai
+
+    client = inprocess_async_openai(create_app(radixserve_engine.engine))
+    yield client
+    asyncio.run(client.close())  # no connections to close: any loop will do
 
 
 def inject_faults(engine: AsyncEngine | Engine, hook: FaultHook | None) -> None:
