@@ -3,6 +3,7 @@ xgrammar structural tags that constrain calls. Pure Python; see docs/tools.md.""
 
 from radixserve.tools.base import ToolParser, assemble
 from radixserve.tools.hermes import HermesParser
+from radixserve.tools.json_scan import JsonSpan, RawCall, arguments_text, read_call
 from radixserve.tools.llama import LlamaParser
 from radixserve.tools.mistral import MistralParser
 from radixserve.tools.reasoning import (
@@ -20,7 +21,7 @@ from radixserve.tools.registry import (
     tool_parser,
     tool_parser_names,
 )
-from radixserve.tools.scan import CallScanner, Found, Malformed, Pending
+from radixserve.tools.scan import CallScanner, Found, Malformed, Pending, Scan
 from radixserve.tools.stream import ToolStream
 from radixserve.tools.structural import MODES, CallShape, Mode
 from radixserve.tools.types import (
@@ -41,26 +42,31 @@ __all__ = [
     "Found",
     "FunctionSpec",
     "HermesParser",
+    "JsonSpan",
     "LlamaParser",
     "Malformed",
     "MistralParser",
     "Mode",
     "ParsedText",
     "Pending",
+    "RawCall",
     "ReasoningFormat",
     "ReasoningParser",
     "ReasoningSplit",
     "ReasoningStream",
+    "Scan",
     "TextDelta",
     "ToolCall",
     "ToolCallDelta",
     "ToolParser",
     "ToolStream",
+    "arguments_text",
     "assemble",
     "detect_tool_parser",
     "function_spec",
     "function_specs",
     "new_call_id",
+    "read_call",
     "reasoning_parser",
     "reasoning_parser_names",
     "register_reasoning_parser",

@@ -3,8 +3,8 @@
 Two families: Qwen3 writes `<think>` itself at the start of its output; DeepSeek-R1's template
 ends the prompt with `<think>`, so the output starts inside the block and only `</think>` shows.
 A Qwen3 prompt can open the block too; `reasoning_parser(name, prompt=...)` reads that from the
-prompt. The start tag counts only at the very start of the output (after whitespace); text
-before and after the block is content.
+prompt. The start tag counts only at the very start of the output (after whitespace; inside an
+opened block, a repeated start tag there is dropped); text after the block is content.
 
 Reasoning is given without its surrounding whitespace, and content without the whitespace that
 follows `</think>`; so a stream holds back trailing whitespace of reasoning until more comes, and
@@ -72,9 +72,14 @@ class ReasoningStream:
             else:
                 return ReasoningSplit()
         if self._state == "inside":
-            if self._lead:
+            while self._lead:  # leading whitespace, and a start tag the model repeats, are dropped
                 self._buf = self._buf.lstrip()
-                self._lead = not self._buf
+                if self._buf.startswith(self._fmt.start):
+                    self._buf = self._buf[len(self._fmt.start) :]
+                    continue
+                if not final and self._fmt.start.startswith(self._buf):  # empty, or a start of it
+                    return ReasoningSplit()
+                self._lead = False
             j = self._buf.find(self._fmt.end)
             if j >= 0:
                 reasoning = self._buf[:j].rstrip()
