@@ -78,9 +78,7 @@ def test_calls_among_text_any_cut(name: str, data: st.DataObject) -> None:
     n_calls = sum(isinstance(p, ToolCall) for p in parts)
     want_calls = [(p.name, p.arguments) for p in parts if isinstance(p, ToolCall)]
     # Text pieces never hold a whole marker (nor build one with their neighbours).
-    per_call = {"hermes": 1, "llama3": 1, "mistral": 1}[name]
-    found = sum(text.count(m) for m in MARKERS[name])
-    if found != n_calls * per_call:
+    if sum(text.count(m) for m in MARKERS[name]) != n_calls:  # one marker a written call
         return
     parsed = parser.parse(text)
     assert calls_of(parsed) == want_calls
