@@ -3,7 +3,8 @@
 Two families: Qwen3 writes `<think>` itself at the start of its output; DeepSeek-R1's template
 ends the prompt with `<think>`, so the output starts inside the block and only `</think>` shows.
 A Qwen3 prompt can open the block too; `reasoning_parser(name, prompt=...)` reads that from the
-prompt. The start tag counts only at the very start of the output (after whitespace; inside an
+prompt (DeepSeek-R1 always starts inside: its older template leaves the tag to the model, which
+may not write it). The start tag counts only at the very start of the output (after whitespace; inside an
 opened block, a repeated start tag there is dropped); text after the block is content.
 
 Reasoning is given without its surrounding whitespace, and content without the whitespace that
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 class ReasoningFormat:
     start: str = "<think>"
     end: str = "</think>"
-    starts_inside: bool = False  # the template's prompt opens the block
+    starts_inside: bool = False  # the output starts inside the block, whatever the prompt
 
 
 @dataclass(frozen=True)
@@ -129,14 +130,21 @@ def reasoning_parser_names() -> tuple[str, ...]:
 
 
 def reasoning_parser(name: str, prompt: str | None = None) -> ReasoningParser:
-    """The parser of family `name`; with the rendered `prompt`, whether the output starts inside
-    the block is read from it instead of the family's default."""
+    """The parser of family `name`; with the rendered `prompt`, the output also starts inside
+    the block when the prompt opens it."""
     fmt = _FORMATS.get(name)
     if fmt is None:
         raise ValueError(f"reasoning parser {name!r}: not one of {reasoning_parser_names()}")
     if prompt is not None:
-        fmt = ReasoningFormat(fmt.start, fmt.end, prompt_opens(prompt, fmt))
+        fmt = ReasoningFormat(fmt.start, fmt.end, fmt.starts_inside or prompt_opens(prompt, fmt))
     return ReasoningParser(fmt)
+
+
+def detect_reasoning_parser(chat_template: str) -> str | None:
+    """The reasoning parser for a chat template that mentions `<think>`; None otherwise."""
+    if "<think>" not in chat_template:
+        return None
+    return "deepseek-r1" if "<｜Assistant｜>" in chat_template else "qwen3"
 
 
 def register_reasoning_parser(name: str, fmt: ReasoningFormat, replace: bool = False) -> None:

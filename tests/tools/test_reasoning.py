@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from helpers import cut
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixserve.tools import ReasoningParser, ReasoningSplit, reasoning_parser
+from radixserve.tools import ReasoningParser, ReasoningSplit, detect_reasoning_parser, reasoning_parser
 
 
 def streamed(parser: ReasoningParser, pieces: list[str]) -> ReasoningSplit:
@@ -42,7 +44,16 @@ def test_prompt_decides_whether_the_output_starts_inside() -> None:
     assert reasoning_parser("qwen3", prompt=opened).parse("Hm.</think>4") == ReasoningSplit("Hm.", "4")
     off = reasoning_parser("qwen3", prompt=closed)
     assert off.parse("Hm.</think>4") == ReasoningSplit("", "Hm.</think>4")
-    assert reasoning_parser("deepseek-r1", prompt="User: hi\n").parse("4") == ReasoningSplit("", "4")
+    # DeepSeek-R1's older template leaves `<think>` to the model: its output starts inside anyway
+    assert reasoning_parser("deepseek-r1", prompt="User: hi\n").parse("4") == ReasoningSplit("4", "")
+
+
+def test_detect_from_template(tokenizer: Any) -> None:
+    qwen3 = "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>"
+    r1 = "{{'<｜Assistant｜>'}}{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+    assert detect_reasoning_parser(qwen3) == "qwen3"
+    assert detect_reasoning_parser(r1) == "deepseek-r1"
+    assert detect_reasoning_parser(tokenizer.chat_template) is None
 
 
 def test_stream_pieces() -> None:
