@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
-from helpers import calls_of, stream_deltas, streamed
 
 from radixserve.tools import FunctionSpec, ToolCall, tool_parser
+from tools.helpers import calls_of, stream_deltas, streamed
 
 A = '{"city": "Paris"}'
 CASES = [

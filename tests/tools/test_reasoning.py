@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import cut
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixserve.tools import ReasoningParser, ReasoningSplit, detect_reasoning_parser, reasoning_parser
+from tools.helpers import cut
 
 
 def streamed(parser: ReasoningParser, pieces: list[str]) -> ReasoningSplit:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import xgrammar as xgr
-from helpers import calls_of, streamed
 
 from radixserve.tools import (
     CallScanner,
@@ -33,6 +32,7 @@ from radixserve.tools import (
     tool_parser_names,
 )
 from radixserve.tools import reasoning as reasoning_module
+from tools.helpers import calls_of, streamed
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import calls_of, cut, streamed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from radixserve.tools import ToolCall, ToolParser, tool_parser
+from tools.helpers import calls_of, cut, streamed
 
 PARSERS = ["hermes", "llama3", "mistral"]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
