@@ -150,3 +150,12 @@ def test_stream_holds_back_only_what_may_be_markup() -> None:
     assert s.finish().content == "\n\n"
     with pytest.raises(RuntimeError):
         s.feed("x")
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3", "mistral"])
+def test_deeply_nested_arguments_are_content_not_a_crash(name: str) -> None:
+    parser = tool_parser(name)
+    deep = "[" * 100_000 + "]" * 100_000
+    text = parser.write_call(ToolCall("call_0", "a", '{"x": ' + deep + "}"))
+    parsed = parser.parse(text)
+    assert parsed.tool_calls == () and parsed.content == text

@@ -102,3 +102,11 @@ def test_any_output_any_cut(name: str, data: st.DataObject) -> None:
     pieces = cut(text, data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
     again = streamed(parser, pieces)
     assert (again.content, calls_of(again)) == (parsed.content, calls_of(parsed))
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@given(text=st.text(max_size=40))
+@SETTINGS
+def test_never_raises(name: str, text: str) -> None:
+    parsed = tool_parser(name).parse(text)
+    assert parsed.content == text or parsed.tool_calls
