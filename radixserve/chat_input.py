@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from radixserve.tools.types import function_specs
 from radixserve.validation import CHAT_ROLES, check_text
 
 ToolSpec = dict[str, Any]
@@ -75,31 +76,13 @@ def _plain_json(field: str, value: Any) -> None:
 
 
 def chat_tools(tools: Any) -> list[ToolSpec] | None:
-    """`tools` checked (None and an empty list mean no tools), as copies."""
-    if tools is None:
+    """`tools` checked (`radixserve.tools.function_specs`: names, JSON schemas), as copies;
+    None and an empty list mean no tools."""
+    if tools is None or (isinstance(tools, Sequence) and not isinstance(tools, str | bytes) and not tools):
         return None
-    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes, bytearray)):
-        raise _bad("tools", tools, "must be a list of {'type': 'function', 'function': {...}}")
-    out = []
-    for i, tool in enumerate(tools):
-        at = f"tools[{i}]"
-        if not isinstance(tool, Mapping):
-            raise _bad(at, tool, "must be a dict {'type': 'function', 'function': {...}}")
-        if tool.get("type", "function") != "function":
-            raise _bad(f"{at}.type", tool.get("type"), "must be 'function'")
-        fn = tool.get("function")
-        if not isinstance(fn, Mapping):
-            raise _bad(f"{at}.function", fn, "must be a dict with 'name' (and 'description', 'parameters')")
-        _name(f"{at}.function.name", fn.get("name"))
-        description = fn.get("description")
-        if description is not None and not isinstance(description, str):
-            raise _bad(f"{at}.function.description", description, "must be a string")
-        parameters = fn.get("parameters")
-        if parameters is not None and not isinstance(parameters, Mapping):
-            raise _bad(f"{at}.function.parameters", parameters, "must be a JSON Schema object (a dict)")
-        _plain_json(at, dict(tool))
-        out.append(json.loads(json.dumps({**tool, "type": "function"})))
-    return out or None
+    function_specs(tools)
+    _plain_json("tools", list(tools))
+    return [json.loads(json.dumps(dict(tool))) for tool in tools]
 
 
 def _arguments(field: str, value: Any) -> dict[str, Any]:

@@ -89,6 +89,12 @@ class EngineConfig:
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
     seed: int = 0
+    # Chat outputs (radixserve/chat_plan.py): the tool-call format, "auto" for the chat
+    # template's (the default tool prompt's Hermes format when it has none) or a name of
+    # `radixserve.tools.tool_parser_names()`; the reasoning block's, "auto" for "qwen3" when
+    # the template writes `<think>`, a name of `reasoning_parser_names()`, or None: never split.
+    tool_call_parser: str = "auto"
+    reasoning_parser: str | None = "auto"
     grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
     grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.chat_plan import ChatParsers, ChatRewriter, plan_chat
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
@@ -34,7 +35,7 @@ from radixserve.engine_build import build_parts
 from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError, EngineStalledError
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import Prompt
+from radixserve.prompts import Prompt, encode_text, is_chat
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched import maintenance
 from radixserve.sched.request import Request
@@ -62,6 +63,7 @@ class AsyncEngine:
         self.pool: KVPool | None = None
         self.context_length = 0
         self._grammars = GrammarCompiler(self.config, lambda: xgrammar_backend(self.loaded))
+        self._parsers: ChatParsers | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -104,6 +106,9 @@ class AsyncEngine:
     def _build(self) -> None:
         parts = build_parts(self.config)
         self.loaded, self.pool, self.scheduler = parts.loaded, parts.pool, parts.scheduler
+        if parts.loaded.tokenizer is not None:
+            cfg, tok = self.config, parts.loaded.tokenizer
+            self._parsers = ChatParsers.resolve(cfg.tool_call_parser, cfg.reasoning_parser, tok)
         self.context_length = parts.context_length
         self._worker = Worker(
             parts.scheduler,
@@ -170,8 +175,16 @@ class AsyncEngine:
         *,
         request_id: str | None = None,
         extra_key: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream outputs of one request (n completions interleaved, told apart by `index`).
+
+        With chat messages, `tools` / `tool_choice` / `parallel_tool_calls` are OpenAI's and
+        `chat_template_kwargs` go to the chat template; outputs then carry `tool_calls` (and
+        `delta_tool_calls`), and `reasoning_text` for a reasoning model (radixserve/chat_plan.py).
 
         The request is aborted (and its KV freed) when the generator is closed
         before the end: at once when the task is cancelled, on `await gen.aclose()`
@@ -180,6 +193,9 @@ class AsyncEngine:
         right away, unless the caller still holds a reference to it).
         """
         params = params or SamplingParams()
+        prompt, params, rewrite = self._chat(
+            prompt, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs
+        )
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
@@ -195,7 +211,7 @@ class AsyncEngine:
                     continue
                 if item.finished:
                     remaining -= 1
-                yield item
+                yield rewrite(item) if rewrite is not None else item
         finally:
             self._sinks.release(rid, request_id)
             if remaining:
@@ -208,13 +224,21 @@ class AsyncEngine:
         *,
         request_id: str | None = None,
         extra_key: str | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> RequestOutput | list[RequestOutput]:
-        """The final output (a list of n outputs, by index, when `params.n > 1`).
+        """The final output (a list of n outputs, by index, when `params.n > 1`); the chat
+        options are `generate`'s.
 
         Unlike `generate`, nothing wakes the caller before the end: under many
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         params = params or SamplingParams()
+        prompt, params, rewrite = self._chat(
+            prompt, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs
+        )
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
@@ -229,6 +253,8 @@ class AsyncEngine:
             self._sinks.release(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
                 self._abort_quietly(rid)
+        if rewrite is not None:
+            outs = [rewrite(o) for o in outs]
         return outs[0] if len(outs) == 1 else outs
 
     async def generate_many(
@@ -241,6 +267,41 @@ class AsyncEngine:
         """Run many requests concurrently; results in prompt order."""
         self._check_alive()
         return await complete_many(self.complete, prompts, params, progress)
+
+    def _chat(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        tools: Any,
+        tool_choice: Any,
+        parallel_tool_calls: Any,
+        chat_template_kwargs: Any,
+    ) -> tuple[Prompt, SamplingParams, ChatRewriter | None]:
+        """A chat prompt rendered with its tools (and `params` constrained for calls), and how
+        its outputs are parsed; other prompts unchanged."""
+        options = (tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        if not is_chat(prompt) or self._parsers is None:
+            if any(o is not None for o in options):
+                raise ValueError(
+                    "tools, tool_choice, parallel_tool_calls and chat_template_kwargs apply to "
+                    "chat messages (a list of dicts), not to text or token ids"
+                )
+            return prompt, params, None
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        self._check_alive()
+        plan = plan_chat(
+            self.tokenizer,
+            self._parsers,
+            list(prompt),
+            params,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            chat_template_kwargs=chat_template_kwargs,
+        )
+        ids = encode_text(self.tokenizer, plan.prompt, add_special_tokens=False)
+        return ids, plan.params, plan.rewriter()
 
     def _submit(self, reqs: list[Request], sink: Sink, request_id: str | None) -> str:
         rid = reqs[0].rid  # the submission's key

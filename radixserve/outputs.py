@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from radixserve.tools.types import ToolCall, ToolCallDelta
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -46,6 +48,14 @@ class RequestOutput:
     # Prompt token logprobs (from prompt_logprobs_start on), once computed.
     prompt_logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = field(default=None)  # why, when finish_reason == "abort"
+    # Chat requests whose outputs are parsed (tools given, or a reasoning model): `text` and
+    # `delta_text` are then the answer's content, without tool-call markup or the reasoning
+    # block; `token_ids` stay what the model sampled. finish_reason is "tool_calls" when a
+    # completion that stopped made calls. See radixserve/chat_plan.py.
+    tool_calls: tuple[ToolCall, ...] = ()  # complete calls so far
+    delta_tool_calls: tuple[ToolCallDelta, ...] = ()  # OpenAI-shaped stream pieces
+    reasoning_text: str | None = None  # the reasoning block's text (None: not a reasoning parse)
+    delta_reasoning_text: str = ""
 
     if not TYPE_CHECKING:  # (hidden from type checkers: every field stays typed)
 
@@ -120,6 +130,10 @@ def new_output(
         "delta_logprobs": delta_logprobs,
         "prompt_logprobs": prompt_logprobs,
         "error": error,
+        "tool_calls": (),
+        "delta_tool_calls": (),
+        "reasoning_text": None,
+        "delta_reasoning_text": "",
     }
     if isinstance(token_ids, tuple):
         fields["token_ids"] = token_ids
@@ -130,12 +144,23 @@ def new_output(
     return out
 
 
+def rewritten(out: RequestOutput, **changes: Any) -> RequestOutput:
+    """`out` with some fields changed (token_ids left lazy), as `dataclasses.replace` would."""
+    fields: dict[str, Any] = dict(out.__dict__)
+    fields.update(changes)
+    new = _new(RequestOutput)
+    _set_dict(new, "__dict__", fields)
+    return new
+
+
 def merge(old: RequestOutput, new: RequestOutput) -> RequestOutput:
     """One output for two successive ones of a completion: the deltas joined, the rest from `new`."""
     fields: dict[str, Any] = dict(new.__dict__)
     fields["delta_text"] = old.delta_text + new.delta_text
     fields["delta_token_ids"] = old.delta_token_ids + new.delta_token_ids
     fields["delta_logprobs"] = old.delta_logprobs + new.delta_logprobs
+    fields["delta_tool_calls"] = old.delta_tool_calls + new.delta_tool_calls
+    fields["delta_reasoning_text"] = old.delta_reasoning_text + new.delta_reasoning_text
     out = _new(RequestOutput)
     _set_dict(out, "__dict__", fields)
     return out

@@ -45,7 +45,7 @@ def tokenize_prompt(
             raise ValueError("this model has no tokenizer: pass token ids instead of text")
         _no_chat_options(tools, chat_template_kwargs)
         V.check_text("prompt", prompt, owner="the")
-        return _encode(tokenizer, prompt, add_special_tokens=True)
+        return encode_text(tokenizer, prompt, add_special_tokens=True)
     if hasattr(prompt, "tolist") and not isinstance(prompt, (bytes, bytearray)):
         prompt = prompt.tolist()  # a numpy array or torch tensor of ids
     if not isinstance(prompt, Sequence) or isinstance(prompt, (bytes, bytearray)):
@@ -56,7 +56,7 @@ def tokenize_prompt(
     seq = list(prompt)
     if is_chat(seq):
         text = render_chat(tokenizer, seq, tools=tools, chat_template_kwargs=chat_template_kwargs)
-        return _encode(tokenizer, text, add_special_tokens=False)
+        return encode_text(tokenizer, text, add_special_tokens=False)
     _no_chat_options(tools, chat_template_kwargs)
     return V.prompt_token_ids(seq)
 
@@ -76,7 +76,7 @@ def render_chat(
     (`messages[3].tool_call_id`) or carries the template's own error."""
     from radixserve.model.tool_prompt import needs_default_tool_prompt, with_default_tool_prompt
 
-    source = _template_source(tokenizer)
+    source = template_source(tokenizer)
     if source is None:
         raise ValueError("this model has no chat template: pass text or token ids")
     chat = chat_input.chat_messages(messages)
@@ -93,7 +93,7 @@ def render_chat(
     return str(text)
 
 
-def _template_source(tokenizer: Any) -> str | None:
+def template_source(tokenizer: Any) -> str | None:
     """The template `apply_chat_template` renders with tools: transformers' named templates
     (a dict) pick "tool_use" when there is one, else "default"."""
     source = None if tokenizer is None else getattr(tokenizer, "chat_template", None)
@@ -107,7 +107,7 @@ def _no_chat_options(tools: Any, chat_template_kwargs: Any) -> None:
         raise ValueError("tools and chat_template_kwargs apply to chat messages, not to text or token ids")
 
 
-def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
+def encode_text(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
     try:
         return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
     except Exception as e:  # noqa: BLE001 - the tokenizer's failure on this input

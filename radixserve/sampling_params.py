@@ -16,6 +16,7 @@ from radixserve.constrained.spec import (
     GrammarSpec,
     canonical_choice,
     canonical_json_schema,
+    canonical_structural_tag,
     check_text,
     spec_of,
 )
@@ -55,6 +56,9 @@ class SamplingParams:
     regex: str | None = None
     ebnf: str | None = None
     choice: Sequence[str] | None = None
+    # An xgrammar structural tag (dict or JSON text): free text with tagged parts that follow
+    # their own grammars; tool calls constrain decoding with one (radixserve/chat_plan.py).
+    structural_tag: Any = None
     # Append the strings the grammar forces without a forward pass per token.
     # None: the device's default (on on the CPU, off on CUDA; SchedulerConfig.
     # jump_forward_default) for constrained requests without logprobs or penalties.
@@ -150,6 +154,7 @@ def _validate_grammar(p: SamplingParams) -> None:
         "regex": check_text,
         "ebnf": check_text,
         "choice": canonical_choice,
+        "structural_tag": canonical_structural_tag,
     }
     for kind in given:
         try:

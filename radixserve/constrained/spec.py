@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("json_schema", "regex", "ebnf", "choice")
+KINDS = ("json_schema", "regex", "ebnf", "choice", "structural_tag")
 
 
 @dataclass(frozen=True)
 class GrammarSpec:
     kind: str  # one of KINDS
-    text: str  # canonical: JSON text for json_schema and choice, as given for regex and ebnf
+    text: str  # canonical: JSON text for json_schema, choice and structural_tag; as given for regex, ebnf
 
 
 def canonical_json_schema(value: Any) -> str:
@@ -42,6 +42,22 @@ def canonical_json_schema(value: Any) -> str:
             f"must be a JSON object (a str of JSON, a dict, or a pydantic model class), "
             f"got {type(value).__name__}"
         )
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"is not serializable as JSON ({e})") from None
+
+
+def canonical_structural_tag(value: Any) -> str:
+    """xgrammar's structural tag (`{"type": "structural_tag", "format": {...}}`, a dict or its
+    JSON text) -> compact JSON text; its content is checked by the compile."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
+    if not isinstance(value, dict) or value.get("type") != "structural_tag":
+        raise ValueError('must be an object {"type": "structural_tag", "format": {...}}')
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:

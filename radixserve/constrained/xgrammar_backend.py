@@ -138,6 +138,8 @@ class XGrammarBackend:
                 return self.compiler.compile_regex(optional_groups(spec.text))
             if spec.kind == "ebnf":
                 return self.compiler.compile_grammar(spec.text)
+            if spec.kind == "structural_tag":
+                return self.compiler.compile_structural_tag(spec.text)
             if spec.kind == "choice":
                 return self.compiler.compile_grammar(choice_grammar(json.loads(spec.text)))
         except (RuntimeError, ValueError, TypeError) as e:

@@ -62,7 +62,7 @@ class ToolParser(ABC):
         """An xgrammar structural tag (JSON form) that makes the output's calls well formed;
         `function` names the function of mode "named". See `radixserve/tools/structural.py`."""
         shape = self.call_shape()
-        tags = [structural.call_tag(shape, f) for f in structural.chosen(tools, mode, function)]
+        tags = [structural.call_tag(shape, f, mode) for f in structural.chosen(tools, mode, function)]
         fmt = structural.calls_format(tags, self.trigger, self.call_separator, mode, parallel)
         return structural.structural_tag(fmt)
 

@@ -10,9 +10,11 @@ Three modes, as OpenAI's `tool_choice`:
   `parallel=False`).
 - "named": as "required", with the one function named.
 
-A strict function's arguments follow its `parameters` (rewritten by `constrained.json_schema.
-prepare` as every schema the engine compiles); a non-strict one's are any JSON object, as OpenAI
-treats non-strict schemas as a hint. Whitespace inside arguments is at most one character in a
+Under "required" and "named", and for a strict function under "auto", arguments follow the
+function's `parameters` (rewritten by `constrained.json_schema.prepare` as every schema the
+engine compiles), so forced calls always validate; a non-strict function's arguments under
+"auto" are any JSON object, as OpenAI treats non-strict schemas as a hint there.
+Whitespace inside arguments is at most one character in a
 row: a small model otherwise can pad JSON with whitespace until max_tokens.
 """
 
@@ -40,16 +42,16 @@ class CallShape:
     end: str
 
 
-def arguments_format(spec: FunctionSpec) -> Fmt:
-    schema: dict[str, object] = prepare(dict(spec.parameters)) if spec.strict else {"type": "object"}
+def arguments_format(spec: FunctionSpec, follow_schema: bool) -> Fmt:
+    schema: dict[str, object] = prepare(dict(spec.parameters)) if follow_schema else {"type": "object"}
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
 
 
-def call_tag(shape: CallShape, spec: FunctionSpec) -> Fmt:
+def call_tag(shape: CallShape, spec: FunctionSpec, mode: str) -> Fmt:
     return {
         "type": "tag",
         "begin": shape.begin_prefix + spec.name + shape.begin_suffix,
-        "content": arguments_format(spec),
+        "content": arguments_format(spec, spec.strict or mode != "auto"),
         "end": shape.end,
     }
 

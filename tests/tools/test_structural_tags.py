@@ -32,6 +32,7 @@ TOOLS = function_specs(
 WEATHER = ToolCall("call_0", "get_weather", json.dumps({"city": "Paris", "days": 2}))
 BAD_WEATHER = ToolCall("call_1", "get_weather", json.dumps({"days": 2}))  # misses "city"
 NOW = ToolCall("call_2", "now", json.dumps({"anything": [1, "x"]}))  # not strict: any object
+NOW_EMPTY = ToolCall("call_4", "now", "{}")
 UNKNOWN = ToolCall("call_3", "launch", "{}")
 PARSERS = ["hermes", "llama3", "mistral"]
 
@@ -69,10 +70,13 @@ def test_auto(name: str, backend: XGrammarBackend, tokenizer: Any) -> None:
 def test_required_and_named(name: str, backend: XGrammarBackend, tokenizer: Any) -> None:
     p = tool_parser(name)
     required = p.structural_tag(TOOLS, "required")
-    assert accepts(backend, tokenizer, required, p.write_call(NOW))
-    assert accepts(backend, tokenizer, required, p.write_calls([WEATHER, NOW, WEATHER]))
+    assert accepts(backend, tokenizer, required, p.write_call(NOW_EMPTY))
+    assert accepts(backend, tokenizer, required, p.write_calls([WEATHER, NOW_EMPTY, WEATHER]))
+    # forced calls follow every function's schema, strict or not
+    assert not accepts(backend, tokenizer, required, p.write_call(NOW))
+    assert not accepts(backend, tokenizer, required, p.write_call(BAD_WEATHER))
     assert not accepts(backend, tokenizer, required, "No call.")
-    assert not accepts(backend, tokenizer, required, "Hi " + p.write_call(NOW))
+    assert not accepts(backend, tokenizer, required, "Hi " + p.write_call(NOW_EMPTY))
     one = p.structural_tag(TOOLS, "required", parallel=False)
     assert accepts(backend, tokenizer, one, p.write_call(WEATHER))
     assert not accepts(backend, tokenizer, one, p.write_calls([WEATHER, NOW]))

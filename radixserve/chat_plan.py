@@ -1,0 +1,251 @@
+"""A chat request with tools and reasoning: what to run (`ChatPlan`) and how its outputs read.
+
+One path for every entry point (`AsyncEngine.generate` / `complete` and the OpenAI route):
+
+1. `plan_chat` checks `tools` (OpenAI's function list), `tool_choice` and
+   `parallel_tool_calls`, renders the messages with the tools through the chat template
+   (`prompts.render_chat`; a template without tool support gets the default Hermes tool
+   prompt), and picks the parsers (`ChatParsers`: `EngineConfig.tool_call_parser` /
+   `reasoning_parser`, "auto" reads the template).
+2. It constrains decoding with an xgrammar structural tag built from the tools
+   (`ToolParser.structural_tag`): `tool_choice="required"` or a named function allows only
+   calls whose arguments follow a strict tool's schema (any JSON object for a non-strict
+   one); "auto" leaves text free and constrains from a call's opening tag on; "none" means no
+   constraint and no parsing (the tools are still in the prompt, as vLLM does). A request
+   that already has a constraint (`json_schema`, ...) keeps it under "auto" and cannot use
+   "required" or a named function.
+3. `ChatPlan.rewriter()` turns each completion's outputs into content, tool calls and
+   reasoning as they stream (`ChatRewriter`): `text` / `delta_text` become the content with
+   the markup removed, `tool_calls` the complete calls, `delta_tool_calls` their OpenAI-shaped
+   pieces, `reasoning_text` the `<think>` block; a completion that stopped after calls ends
+   with finish_reason "tool_calls". A malformed call under "auto" stays content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from radixserve.outputs import RequestOutput, rewritten
+from radixserve.prompts import render_chat, template_source
+from radixserve.sampling_params import SamplingParams
+from radixserve.tools import (
+    FunctionSpec,
+    ReasoningParser,
+    ReasoningSplit,
+    ReasoningStream,
+    TextDelta,
+    ToolCall,
+    ToolParser,
+    ToolStream,
+    detect_tool_parser,
+    function_specs,
+    reasoning_parser,
+    tool_parser,
+)
+from radixserve.tools.reasoning import detect_reasoning_parser
+
+TOOL_CHOICES = ("none", "auto", "required")
+# The format of the default tool prompt (radixserve/model/tool_prompt.py).
+DEFAULT_TOOL_PARSER = "hermes"
+
+
+@dataclass(frozen=True)
+class ChatParsers:
+    """The parsers a model's chat outputs go through (None: that part is not parsed)."""
+
+    tool: str
+    reasoning: str | None
+
+    @staticmethod
+    def resolve(tool: str | None, reasoning: str | None, tokenizer: Any) -> ChatParsers:
+        """"auto" reads the chat template: its tool-call markup (the default tool prompt's Hermes
+        format when it has none) and whether it writes `<think>` blocks."""
+        source = template_source(tokenizer) or ""
+        if tool is None or tool == "auto":
+            tool = detect_tool_parser(source) or DEFAULT_TOOL_PARSER
+        else:
+            tool_parser(tool)  # an unknown name fails here, at start-up
+        if reasoning == "auto":
+            reasoning = detect_reasoning_parser(source)
+        elif reasoning is not None:
+            reasoning_parser(reasoning)
+        return ChatParsers(tool, reasoning)
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """What a request asked of its tools."""
+
+    tools: tuple[FunctionSpec, ...]
+    choice: str  # "none", "auto", "required" or "named"
+    function: str | None  # the function of choice "named"
+    parallel: bool
+
+
+def tool_use(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> ToolUse | None:
+    """The request's tool options checked (ValueError naming the field); None without tools."""
+    if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+        raise ValueError(f"parallel_tool_calls={parallel_tool_calls!r}: must be true or false")
+    if tools is None or (isinstance(tools, Sequence) and not isinstance(tools, str) and not tools):
+        if tool_choice not in (None, "none"):
+            raise ValueError(f"tool_choice={_short(tool_choice)}: needs tools")
+        return None
+    specs = function_specs(tools)
+    function = None
+    if tool_choice is None:
+        choice = "auto"
+    elif isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICES:
+            raise ValueError(f"tool_choice={tool_choice!r}: must be one of {TOOL_CHOICES} or a function")
+        choice = tool_choice
+    elif isinstance(tool_choice, Mapping):
+        fn = tool_choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if tool_choice.get("type") != "function" or not isinstance(name, str):
+            raise ValueError(
+                f"tool_choice={_short(tool_choice)}: must be "
+                '{"type": "function", "function": {"name": ...}}'
+            )
+        if name not in {s.name for s in specs}:
+            raise ValueError(f"tool_choice.function.name={name!r}: not one of the tools")
+        choice, function = "named", name
+    else:
+        raise ValueError(f"tool_choice={_short(tool_choice)}: must be a string or an object")
+    return ToolUse(specs, choice, function, True if parallel_tool_calls is None else parallel_tool_calls)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """A chat request ready to run: its prompt text, its params (constrained for tool calls)
+    and the parsers of its outputs."""
+
+    prompt: str
+    params: SamplingParams
+    tool_parser: ToolParser | None  # None: outputs are not parsed for calls
+    reasoning: ReasoningParser | None  # None: no reasoning block is split off
+
+    def rewriter(self) -> ChatRewriter | None:
+        if self.tool_parser is None and self.reasoning is None:
+            return None
+        return ChatRewriter(self.tool_parser, self.reasoning)
+
+
+def plan_chat(
+    tokenizer: Any,
+    parsers: ChatParsers,
+    messages: Sequence[Any],
+    params: SamplingParams,
+    *,
+    tools: Any = None,
+    tool_choice: Any = None,
+    parallel_tool_calls: Any = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> ChatPlan:
+    """Check the request's chat options, render the prompt and constrain `params` (ValueError
+    naming the field for anything a caller got wrong)."""
+    use = tool_use(tools, tool_choice, parallel_tool_calls)
+    prompt = render_chat(tokenizer, messages, tools=tools or None, chat_template_kwargs=chat_template_kwargs)
+    parser = None
+    if use is not None and use.choice != "none":
+        parser = tool_parser(parsers.tool, use.tools)
+        params = _constrained(params, parser, use)
+        if _markup_is_special(tokenizer, parser):
+            params = params.replace(skip_special_tokens=False)
+    reasoning = reasoning_parser(parsers.reasoning, prompt=prompt) if parsers.reasoning else None
+    return ChatPlan(prompt, params, parser, reasoning)
+
+
+def _constrained(params: SamplingParams, parser: ToolParser, use: ToolUse) -> SamplingParams:
+    if params.grammar is not None:
+        if use.choice == "auto":
+            return params  # the caller's constraint stands; calls are still parsed
+        raise ValueError(
+            f"tool_choice={use.choice!r}: cannot be combined with a {params.grammar.kind} constraint"
+        )
+    mode = "named" if use.choice == "named" else use.choice
+    tag = parser.structural_tag(use.tools, mode, parallel=use.parallel, function=use.function)  # type: ignore[arg-type]
+    return params.replace(structural_tag=tag)
+
+
+def _markup_is_special(tokenizer: Any, parser: ToolParser) -> bool:
+    """Whether a call's opening marker is a special token (Mistral's `[TOOL_CALLS]`), which
+    detokenizing would otherwise drop from the text the parser reads."""
+    special = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    added = getattr(tokenizer, "get_added_vocab", None)
+    if added is not None:
+        special |= set(added())
+    return any(m in special for m in parser.markers)
+
+
+class _Completion:
+    """The parse state of one completion."""
+
+    def __init__(self, tool: ToolParser | None, reasoning: ReasoningParser | None) -> None:
+        self.tools: ToolStream | None = tool.stream() if tool is not None else None
+        self.reasoning: ReasoningStream | None = reasoning.stream() if reasoning is not None else None
+        self.read = 0  # characters of the output's text parsed so far
+        self.content = ""
+        self.reasoning_text = ""
+        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+
+    def step(self, piece: str, final: bool) -> tuple[str, TextDelta]:
+        split = self.reasoning.feed(piece) if self.reasoning is not None else ReasoningSplit("", piece)
+        reasoning, content = split.reasoning, split.content
+        if final and self.reasoning is not None:
+            end = self.reasoning.finish()
+            reasoning, content = reasoning + end.reasoning, content + end.content
+        if self.tools is None:
+            return reasoning, TextDelta(content)
+        delta = self.tools.feed(content)
+        if final:
+            end_delta = self.tools.finish()
+            delta = TextDelta(delta.content + end_delta.content, delta.tool_calls + end_delta.tool_calls)
+        return reasoning, delta
+
+
+class ChatRewriter:
+    """Rewrites a request's outputs (any of its n completions, in order) as content, tool calls
+    and reasoning. Works on streamed outputs and on `complete`'s final ones alike: each output
+    is read from its cumulative `text`."""
+
+    def __init__(self, tool: ToolParser | None, reasoning: ReasoningParser | None) -> None:
+        self._tool = tool
+        self._reasoning = reasoning
+        self._completions: dict[int, _Completion] = {}
+
+    def __call__(self, out: RequestOutput) -> RequestOutput:
+        c = self._completions.get(out.index)
+        if c is None:
+            c = self._completions[out.index] = _Completion(self._tool, self._reasoning)
+        piece, c.read = out.text[c.read :], len(out.text)
+        reasoning, delta = c.step(piece, out.finished)
+        c.content += delta.content
+        c.reasoning_text += reasoning
+        for d in delta.tool_calls:
+            call = c.calls.setdefault(d.index, ["", "", ""])
+            call[0] = d.id if d.id is not None else call[0]
+            call[1] = d.name if d.name is not None else call[1]
+            call[2] += d.arguments
+        calls = tuple(ToolCall(i, n, a) for i, n, a in (c.calls[k] for k in sorted(c.calls)))
+        reason = out.finish_reason
+        if out.finished and calls and reason == "stop":
+            reason = "tool_calls"
+        if out.finished:
+            del self._completions[out.index]
+        return rewritten(
+            out,
+            text=c.content,
+            delta_text=delta.content,
+            tool_calls=calls,
+            delta_tool_calls=delta.tool_calls,
+            reasoning_text=c.reasoning_text if self._reasoning is not None else None,
+            delta_reasoning_text=reasoning,
+            finish_reason=reason,
+        )
