@@ -32,6 +32,7 @@ from radixserve.prompts import render_chat, template_source
 from radixserve.sampling_params import SamplingParams
 from radixserve.tools import (
     FunctionSpec,
+    Mode,
     ReasoningParser,
     ReasoningSplit,
     ReasoningStream,
@@ -123,13 +124,31 @@ def _short(value: Any) -> str:
 
 @dataclass(frozen=True)
 class ChatPlan:
-    """A chat request ready to run: its prompt text, its params (constrained for tool calls)
-    and the parsers of its outputs."""
+    """A chat request's prompt text, its tool use and the parsers of its outputs."""
 
     prompt: str
-    params: SamplingParams
-    tool_parser: ToolParser | None  # None: outputs are not parsed for calls
+    tool_use: ToolUse | None  # None: no tools (or tool_choice "none"): outputs are not parsed for calls
+    tool_parser: ToolParser | None
     reasoning: ReasoningParser | None  # None: no reasoning block is split off
+    special_markup: bool  # a call's opening marker is a special token (kept in the text)
+
+    def constrain(self, params: SamplingParams) -> SamplingParams:
+        """`params` with the structural tag of the forced or triggered calls (ValueError when
+        `tool_choice` forces calls and `params` has a constraint of its own)."""
+        use, parser = self.tool_use, self.tool_parser
+        if use is None or parser is None:
+            return params
+        if self.special_markup:
+            params = params.replace(skip_special_tokens=False)
+        if params.grammar is not None:
+            if use.choice == "auto":
+                return params  # the caller's constraint stands; calls are still parsed
+            raise ValueError(
+                f"tool_choice={use.choice!r}: cannot be combined with a {params.grammar.kind} constraint"
+            )
+        mode: Mode = "named" if use.choice == "named" else "required" if use.choice == "required" else "auto"
+        tag = parser.structural_tag(use.tools, mode, parallel=use.parallel, function=use.function)
+        return params.replace(structural_tag=tag)
 
     def rewriter(self) -> ChatRewriter | None:
         if self.tool_parser is None and self.reasoning is None:
@@ -141,47 +160,34 @@ def plan_chat(
     tokenizer: Any,
     parsers: ChatParsers,
     messages: Sequence[Any],
-    params: SamplingParams,
     *,
     tools: Any = None,
     tool_choice: Any = None,
     parallel_tool_calls: Any = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> ChatPlan:
-    """Check the request's chat options, render the prompt and constrain `params` (ValueError
-    naming the field for anything a caller got wrong)."""
+    """Check the request's chat options and render its prompt (ValueError naming the field for
+    anything a caller got wrong); `ChatPlan.constrain` then fits its `SamplingParams`."""
     use = tool_use(tools, tool_choice, parallel_tool_calls)
     prompt = render_chat(tokenizer, messages, tools=tools or None, chat_template_kwargs=chat_template_kwargs)
     parser = None
     if use is not None and use.choice != "none":
         parser = tool_parser(parsers.tool, use.tools)
-        params = _constrained(params, parser, use)
-        if _markup_is_special(tokenizer, parser):
-            params = params.replace(skip_special_tokens=False)
+    else:
+        use = None
     reasoning = reasoning_parser(parsers.reasoning, prompt=prompt) if parsers.reasoning else None
-    return ChatPlan(prompt, params, parser, reasoning)
-
-
-def _constrained(params: SamplingParams, parser: ToolParser, use: ToolUse) -> SamplingParams:
-    if params.grammar is not None:
-        if use.choice == "auto":
-            return params  # the caller's constraint stands; calls are still parsed
-        raise ValueError(
-            f"tool_choice={use.choice!r}: cannot be combined with a {params.grammar.kind} constraint"
-        )
-    mode = "named" if use.choice == "named" else use.choice
-    tag = parser.structural_tag(use.tools, mode, parallel=use.parallel, function=use.function)  # type: ignore[arg-type]
-    return params.replace(structural_tag=tag)
+    special = parser is not None and _markup_is_special(tokenizer, parser)
+    return ChatPlan(prompt, use, parser, reasoning, special)
 
 
 def _markup_is_special(tokenizer: Any, parser: ToolParser) -> bool:
-    """Whether a call's opening marker is a special token (Mistral's `[TOOL_CALLS]`), which
-    detokenizing would otherwise drop from the text the parser reads."""
-    special = set(getattr(tokenizer, "all_special_tokens", ()) or ())
-    added = getattr(tokenizer, "get_added_vocab", None)
-    if added is not None:
-        special |= set(added())
-    return any(m in special for m in parser.markers)
+    """Whether a call's opening marker is one special token (Mistral's `[TOOL_CALLS]`), which
+    detokenizing with skip_special_tokens would drop from the text the parser reads."""
+    for marker in parser.markers:
+        ids = tokenizer.encode(marker, add_special_tokens=False)
+        if len(ids) == 1 and tokenizer.decode(ids, skip_special_tokens=True) == "":
+            return True
+    return False
 
 
 class _Completion:

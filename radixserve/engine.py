@@ -163,6 +163,11 @@ class AsyncEngine:
         return running and loop_ok and not stalled
 
     @property
+    def chat_parsers(self) -> ChatParsers | None:
+        """The tool-call and reasoning formats of this model's chat outputs (None: no tokenizer)."""
+        return self._parsers
+
+    @property
     def tokenizer(self) -> Any:
         return self.loaded.tokenizer if self.loaded else None
 
@@ -294,14 +299,13 @@ class AsyncEngine:
             self.tokenizer,
             self._parsers,
             list(prompt),
-            params,
             tools=tools,
             tool_choice=tool_choice,
             parallel_tool_calls=parallel_tool_calls,
             chat_template_kwargs=chat_template_kwargs,
         )
         ids = encode_text(self.tokenizer, plan.prompt, add_special_tokens=False)
-        return ids, plan.params, plan.rewriter()
+        return ids, plan.constrain(params), plan.rewriter()
 
     def _submit(self, reqs: list[Request], sink: Sink, request_id: str | None) -> str:
         rid = reqs[0].rid  # the submission's key

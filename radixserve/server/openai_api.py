@@ -10,14 +10,17 @@ aborts the engine request and frees its KV.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from radixserve.engine import EngineDeadError
+from radixserve.chat_plan import ChatPlan, ChatRewriter, plan_chat
+from radixserve.engine import AsyncEngine, EngineDeadError
 from radixserve.outputs import RequestOutput
+from radixserve.prompts import encode_text
 from radixserve.sampling_params import SamplingParams
 from radixserve.server import openai_format as fmt
 from radixserve.server.engine_calls import complete_all, stream_all
@@ -47,11 +50,40 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     engine = engine_of(request)
     _check_model(request, body.model)
-    ids = encode_prompt(request, engine, body.prompt())
+    plan = _plan(engine, body)
+    ids = encode_prompt(request, engine, encode_text(engine.tokenizer, plan.prompt, add_special_tokens=False))
     limits = request.app.state.settings.limits
     params = body.sampling_params(engine.context_length - len(ids), limits.max_n)
+    try:
+        params = plan.constrain(params)
+    except ValueError as e:
+        raise APIError(400, str(e), param="tool_choice") from e
     meta = fmt.Meta.new("chat", request.app.state.settings.model_name)
-    return await _serve(request, meta, [ids], params, body.stream, _include_usage(body))
+    return await _serve(request, meta, [ids], params, body.stream, _include_usage(body), plan.rewriter)
+
+
+def _plan(engine: AsyncEngine, body: ChatCompletionRequest) -> ChatPlan:
+    """The chat options checked and the prompt rendered; a 400 names the field."""
+    parsers = engine.chat_parsers
+    if parsers is None:
+        raise APIError(400, "this model has no chat template: use /v1/completions", param="messages")
+    try:
+        return plan_chat(
+            engine.tokenizer,
+            parsers,
+            body.prompt(),
+            tools=body.tools,
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            chat_template_kwargs=body.chat_template_kwargs,
+        )
+    except (ValueError, TypeError) as e:
+        field = re.match(r"[A-Za-z_]+", str(e))
+        param = field.group(0) if field else None
+        raise APIError(400, str(e), param=param if param in _CHAT_FIELDS else None) from e
+
+
+_CHAT_FIELDS = ("messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
 
 
 @router.post("/v1/completions", response_model=None)
@@ -86,8 +118,11 @@ async def _serve(
     params: SamplingParams,
     stream: bool,
     usage: bool,
+    rewriter: Callable[[], ChatRewriter | None] | None = None,
 ) -> Response:
+    """Run the prompts; `rewriter` gives each prompt's parser of chat outputs (tool calls, reasoning)."""
     engine = engine_of(request)
+    rewriters = [rewriter() if rewriter is not None else None for _ in prompts]
     ticket = admit(request, params.n * len(prompts))
     tracker: Tracker = request.app.state.metrics.track()
     text_of = fmt.TokenText(engine.tokenizer)
@@ -103,6 +138,7 @@ async def _serve(
                 raise APIError(503, str(e), code="engine_unavailable") from e
             finally:
                 tracker.done()
+        finals = [[rw(o) for o in outs] if rw else outs for rw, outs in zip(rewriters, finals)]
         tracker.observe_final([o for outs in finals for o in outs])
         for outs in finals:
             for o in outs:
@@ -130,7 +166,7 @@ async def _serve(
         ticket.release()
         tracker.done()
         raise
-    events = _events(meta, first, gen, params, len(prompts), usage, ticket, tracker, text_of)
+    events = _events(meta, first, gen, params, len(prompts), usage, ticket, tracker, text_of, rewriters)
     return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
@@ -144,6 +180,7 @@ async def _events(
     ticket: Ticket,
     tracker: Tracker,
     text_of: fmt.TokenText,
+    rewriters: list[ChatRewriter | None],
 ) -> AsyncIterator[str]:
     n = params.n
     head = meta.envelope(chunk=True)
@@ -164,6 +201,9 @@ async def _events(
             item: tuple[int, RequestOutput] | None = first
             while item is not None:
                 k, out = item
+                rw = rewriters[k]
+                if rw is not None:
+                    out = rw(out)
                 tracker.observe(out)
                 if out.finish_reason == "abort":
                     yield fmt.sse(
@@ -171,7 +211,9 @@ async def _events(
                     )
                     return
                 i = k * n + out.index
-                if out.delta_text or out.delta_token_ids or out.finished:
+                news = out.delta_text or out.delta_token_ids or out.delta_tool_calls
+                news = news or out.delta_reasoning_text
+                if news or out.finished:
                     c = fmt.delta_choice(meta, i, out, params.logprobs, text_of, offsets[i])
                     offsets[i] += len(out.delta_text)
                     yield fmt.sse({**head, "choices": [c], **extra})

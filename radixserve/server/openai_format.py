@@ -91,7 +91,45 @@ def usage(finals: Sequence[Sequence[RequestOutput]]) -> dict[str, Any]:
 
 
 def finish_reason(out: RequestOutput) -> str | None:
-    return out.finish_reason if out.finish_reason in ("stop", "length") else None
+    return out.finish_reason if out.finish_reason in ("stop", "length", "tool_calls") else None
+
+
+def message(out: RequestOutput) -> dict[str, Any]:
+    """A chat choice's message: content (null beside calls when there is none), the calls and
+    the reasoning (`reasoning_content`, as vLLM and SGLang name it) when parsed."""
+    m: dict[str, Any] = {"role": "assistant", "content": out.text, "refusal": None}
+    if out.tool_calls:
+        m["content"] = out.text or None
+        m["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in out.tool_calls
+        ]
+    if out.reasoning_text is not None:
+        m["reasoning_content"] = out.reasoning_text or None
+    return m
+
+
+def delta(out: RequestOutput) -> dict[str, Any]:
+    """A chat chunk's delta: OpenAI's tool-call pieces (`index`, then `id`, `type` and the name
+    on a call's first piece, `function.arguments` pieces after)."""
+    d: dict[str, Any] = {"content": out.delta_text} if out.delta_text else {}
+    if out.delta_reasoning_text:
+        d["reasoning_content"] = out.delta_reasoning_text
+    if out.delta_tool_calls:
+        calls = []
+        for c in out.delta_tool_calls:
+            piece: dict[str, Any] = {"index": c.index}
+            fn: dict[str, Any] = {}
+            if c.id is not None:
+                piece["id"], piece["type"] = c.id, "function"
+            if c.name is not None:
+                fn["name"] = c.name
+            if c.arguments or c.name is not None:
+                fn["arguments"] = c.arguments
+            piece["function"] = fn
+            calls.append(piece)
+        d["tool_calls"] = calls
+    return d
 
 
 def choice(meta: Meta, index: int, out: RequestOutput, logprobs: bool, text_of: TokenText) -> dict[str, Any]:
@@ -99,7 +137,7 @@ def choice(meta: Meta, index: int, out: RequestOutput, logprobs: bool, text_of: 
     if meta.kind == "chat":
         return {
             "index": index,
-            "message": {"role": "assistant", "content": out.text, "refusal": None},
+            "message": message(out),
             "logprobs": chat_logprobs(lp, text_of) if lp is not None else None,
             "finish_reason": finish_reason(out),
         }
@@ -119,7 +157,7 @@ def delta_choice(
     if meta.kind == "chat":
         return {
             "index": index,
-            "delta": {"content": out.delta_text} if out.delta_text else {},
+            "delta": delta(out),
             "logprobs": chat_logprobs(lp, text_of) if lp is not None else None,
             "finish_reason": reason,
         }

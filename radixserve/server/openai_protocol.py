@@ -1,6 +1,6 @@
 """Request bodies of the OpenAI-compatible routes (pydantic) and their `SamplingParams`.
 
-Fields OpenAI defines and radixserve cannot honour (tools, audio, images,
+Fields OpenAI defines and radixserve cannot honour (audio, images,
 `echo`, `suffix`, `best_of`) are a clear 400, never silently ignored; fields
 it does not know are ignored, as OpenAI's own server does for forward compatibility.
 """
@@ -28,6 +28,18 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | dict[str, Any]] | None = None
     name: str | None = None
+    # An assistant turn's calls and a tool turn's answer to one (radixserve/chat_input.py checks them).
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def message(self, i: int) -> dict[str, Any]:
+        """The message as the chat template gets it (text content, tool fields when given)."""
+        m: dict[str, Any] = {"role": self.role, "content": self.text(i)}
+        if self.tool_calls is not None:
+            m["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            m["tool_call_id"] = self.tool_call_id
+        return m
 
     def text(self, i: int) -> str:
         if self.content is None:
@@ -120,13 +132,16 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    # Checked by radixserve/chat_plan.py (a 400 names the field): OpenAI's function tools,
+    # "none" / "auto" / "required" / {"type": "function", "function": {"name": ...}}.
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    # Extension vLLM and SGLang accept: extra chat template variables (`enable_thinking`).
+    chat_template_kwargs: dict[str, Any] | None = None
 
-    def prompt(self) -> list[dict[str, str]]:
-        if self.tools:
-            raise APIError(400, "tools are not supported by this server", param="tools")
-        return [{"role": m.role, "content": m.text(i)} for i, m in enumerate(self.messages)]
+    def prompt(self) -> list[dict[str, Any]]:
+        return [m.message(i) for i, m in enumerate(self.messages)]
 
     def sampling_params(self, room: int, limit_n: int) -> SamplingParams:
         top = self.top_logprobs or 0
