@@ -16,7 +16,8 @@ from radixserve.constrained.spec import (
     GrammarSpec,
     canonical_choice,
     canonical_json_schema,
-    check_text,
+    check_ebnf,
+    check_regex,
     spec_of,
 )
 
@@ -147,8 +148,8 @@ def _validate_grammar(p: SamplingParams) -> None:
         raise ValueError(f"SamplingParams: {', '.join(given)} are exclusive; give at most one")
     norm = {
         "json_schema": canonical_json_schema,
-        "regex": check_text,
-        "ebnf": check_text,
+        "regex": check_regex,
+        "ebnf": check_ebnf,
         "choice": canonical_choice,
     }
     for kind in given:
