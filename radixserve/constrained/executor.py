@@ -13,8 +13,14 @@ shutdown, which joins it. Here each compile gets a daemon thread of its own:
 - at most `max_abandoned` abandoned compiles may be running; past that, new
   compiles are refused with a `ValueError` until one of them ends, which
   bounds the threads and memory a stream of slow schemas can take;
-- `close()` refuses new work and drops the queue; nobody joins a thread, and
-  daemon threads do not hold up the interpreter's exit.
+- `close()` refuses new work and drops the queue; nobody joins a thread.
+
+At interpreter exit, an `atexit` hook waits up to `EXIT_WAIT_S` for compiles
+still running: in CPython before 3.14 a daemon thread that comes back from C++
+into Python while the interpreter finalizes is ended with `pthread_exit`, which
+aborts the process ("terminate called without an active exception") when it
+unwinds through xgrammar's frames. A compile running longer than that at exit
+can still end the process that way (it was exiting anyway).
 
 Why threads, not processes: a compile in a child process could be killed on
 timeout (a `CompiledGrammar` serializes to JSON and back), but each child
@@ -26,7 +32,10 @@ simpler and keeps quick compiles quick.
 
 from __future__ import annotations
 
+import atexit
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -34,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+EXIT_WAIT_S = 10.0  # the most the interpreter's exit waits for running compiles
+_LIVE: weakref.WeakSet[CompileExecutor] = weakref.WeakSet()  # for the exit hook only
 
 
 @dataclass(eq=False)
@@ -54,6 +65,8 @@ class CompileExecutor:
         self._running = 0  # compiles on a thread that someone still waits for
         self._abandoned = 0  # compiles on a thread that nobody waits for
         self._closed = False
+        self._threads: set[threading.Thread] = set()
+        _LIVE.add(self)
 
     def submit(self, fn: Callable[[], T]) -> CompileJob[T]:
         """Queue `fn`; ValueError when too many abandoned compiles still run (or closed)."""
@@ -99,7 +112,9 @@ class CompileExecutor:
             if not job.future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
             self._running += 1
-            threading.Thread(target=self._run, args=(job,), name="grammar-compile", daemon=True).start()
+            thread = threading.Thread(target=self._run, args=(job,), name="grammar-compile", daemon=True)
+            self._threads.add(thread)
+            thread.start()
 
     def _run(self, job: CompileJob[object]) -> None:
         try:
@@ -114,4 +129,25 @@ class CompileExecutor:
                     self._abandoned -= 1
                 else:
                     self._running -= 1
+                self._threads.discard(threading.current_thread())
                 self._start_queued()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait (blocking) until no compile runs; False if some still do after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            threads[0].join(left)
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for executor in list(_LIVE):
+        executor.wait_idle(max(0.0, deadline - time.monotonic()))
