@@ -133,17 +133,17 @@ def _check_values(key: str, value: Any, where: str, depth: int, limits: GrammarL
 
 
 def _check_pattern(pattern: str, where: str, limits: GrammarLimits) -> None:
-    name = f"{where} " if where else ""
+    at = f" at {where}" if where else ""
     if len(pattern) > limits.max_regex_chars:
         raise ValueError(
-            f"the pattern {name}has {len(pattern)} characters, more than {limits.max_regex_chars} "
+            f"the pattern{at} has {len(pattern)} characters, more than {limits.max_regex_chars} "
             "(GrammarLimits.max_regex_chars)"
         )
     feature = unenforceable(pattern)
     if feature is not None:
         shown = pattern if len(pattern) <= 80 else pattern[:77] + "..."
         raise ValueError(
-            f"the pattern {name}{shown!r} uses {feature}, which the grammar engine (xgrammar) "
+            f"the pattern {shown!r}{at} uses {feature}, which the grammar engine (xgrammar) "
             "cannot enforce; rewrite it without lookaround or backreferences"
         )
 
