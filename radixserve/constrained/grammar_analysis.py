@@ -36,8 +36,9 @@ MAX_FORCED = 1 << 16  # bytes: the longest shortest-derivation a jump-safe rule 
 # ("rep", e, lo) e at least lo times. Min lengths only, so upper bounds are dropped.
 Expr = tuple  # type: ignore[type-arg]
 
-_RULE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*) ::= (.*)")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Rule names keep the characters of `$defs` names (`definitions_SubObject.ebeaf`, `a-b`).
+_RULE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.\-]*) ::= (.*)")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(-?\d+)?\s*)?\}")
 _TERMINAL_FUNCTIONS = ("Regex",)  # elements that match a string by themselves
 

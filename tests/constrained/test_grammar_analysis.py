@@ -73,6 +73,15 @@ def test_shortest_outputs_and_jump_safety() -> None:
     doubling = ['a0 ::= "x"'] + [f"a{i} ::= a{i - 1} a{i - 1}" for i in range(1, 41)] + ["root ::= a40"]
     facts = analyze(str(xgr.Grammar.from_ebnf("\n".join(doubling))))
     assert facts is not None and facts.shortest == 2**40 > MAX_FORCED and not facts.jump_safe
+    # Rule names keep the dots and dashes of definition names (`definitions_A.b-c`).
+    node = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/definitions/A.b-c"}},
+    }
+    dotted = {"$ref": "#/definitions/A.b-c", "definitions": {"A.b-c": node}}
+    assert "A.b-c ::=" in schema_ebnf(dotted)
+    facts = analyze(schema_ebnf(dotted))
+    assert facts is not None and facts.jump_safe
     assert analyze("root ::= Unknown(1)") is None and analyze("not a grammar") is None
 
 
