@@ -97,6 +97,14 @@ class EngineConfig:
     reasoning_parser: str | None = "auto"
     grammar_compile_timeout: float = 60.0  # seconds a request waits for its grammar to compile
     grammar_cache_size: int = 512  # compiled grammars (and compile failures) kept, LRU
+    # ...and at most this much memory of compiled grammars (xgrammar's estimate): a schema
+    # with a large enum can hold over 100 MB. A larger grammar serves its requests, unkept.
+    grammar_cache_bytes: int = 1 << 30
+    # Grammar compiles run on threads of their own, at most this many at once (more wait).
+    grammar_compile_workers: int = 2
+    # Compiles that ran past the timeout cannot be stopped: they run on, unwaited for. While
+    # this many do, new grammars are refused (a ValueError; cached grammars still serve).
+    grammar_max_abandoned: int = 2
 
     def __post_init__(self) -> None:
         for name in (
@@ -197,6 +205,8 @@ def _check_grammar_fields(cfg: EngineConfig) -> None:
     t = cfg.grammar_compile_timeout
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
         raise ValueError(f"EngineConfig.grammar_compile_timeout={t!r}: must be a number of seconds > 0")
-    n = cfg.grammar_cache_size
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"EngineConfig.grammar_cache_size={n!r}: must be an integer >= 1")
+    sizes = ("grammar_cache_size", "grammar_cache_bytes", "grammar_compile_workers", "grammar_max_abandoned")
+    for name in sizes:
+        n = getattr(cfg, name)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"EngineConfig.{name}={n!r}: must be an integer >= 1")

@@ -138,6 +138,7 @@ class AsyncEngine:
             assert self._sinks.idle is not None
             await self._sinks.idle.wait()
         worker, self._worker = self._worker, None
+        self._grammars.close()  # compiles still running are not waited for
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None:
             await watchdog.stop()

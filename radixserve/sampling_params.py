@@ -17,7 +17,8 @@ from radixserve.constrained.spec import (
     canonical_choice,
     canonical_json_schema,
     canonical_structural_tag,
-    check_text,
+    check_ebnf,
+    check_regex,
     spec_of,
 )
 
@@ -151,8 +152,8 @@ def _validate_grammar(p: SamplingParams) -> None:
         raise ValueError(f"SamplingParams: {', '.join(given)} are exclusive; give at most one")
     norm = {
         "json_schema": canonical_json_schema,
-        "regex": check_text,
-        "ebnf": check_text,
+        "regex": check_regex,
+        "ebnf": check_ebnf,
         "choice": canonical_choice,
         "structural_tag": canonical_structural_tag,
     }

@@ -3,6 +3,8 @@
 - `spec.py`: the constraint of a request in canonical text (from SamplingParams).
 - `base.py`: the two interfaces, per engine (`GrammarBackend`) and per request (`Matcher`).
 - `xgrammar_backend.py`: xgrammar's implementation, with the tokenizer info fixed up.
-- `cache.py`: compiles off the worker thread, bounded LRU of grammars and failures.
-- `bitmask.py`: fills a step's bitmask rows; `jump_forward.py`: the forced strings.
+- `limits.py`: per-request input limits (`GrammarLimits`), `regex_features.py`: refused regex features.
+- `grammar_analysis.py`: shortest outputs of a grammar's rules (no finite output, jump-forward safety).
+- `cache.py`: compiles on `executor.py`'s threads, LRU of grammars and failures bounded in bytes.
+- `compiler.py`: the engine's side; the worker's grammar steps are in `sched/grammar.py`.
 """

@@ -49,6 +49,10 @@ class GrammarBackend(Protocol):
 
     def matcher(self, compiled: Any) -> Matcher: ...
 
+    def memory_bytes(self, compiled: Any) -> int:
+        """About how much memory a compiled grammar holds (the cache's byte bound counts it)."""
+        ...
+
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         """A host bitmask of `rows` rows, every token allowed."""
         ...

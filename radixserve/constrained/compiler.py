@@ -37,8 +37,22 @@ class GrammarCompiler:
                 if self.cache is None:
                     backend = await asyncio.to_thread(self._make_backend)
                     cfg = self.config
-                    self.cache = GrammarCache(backend, cfg.grammar_cache_size, cfg.grammar_compile_timeout)
+                    self.cache = GrammarCache(
+                        backend,
+                        capacity=cfg.grammar_cache_size,
+                        timeout_s=cfg.grammar_compile_timeout,
+                        max_bytes=cfg.grammar_cache_bytes,
+                        workers=cfg.grammar_compile_workers,
+                        max_abandoned=cfg.grammar_max_abandoned,
+                    )
         return await self.cache.get(spec)
+
+    def close(self) -> None:
+        """Engine shutdown: refuse new compiles, never wait for running ones. The backend
+        belongs to the model being dropped, so a restarted engine builds a new cache."""
+        cache, self.cache = self.cache, None
+        if cache is not None:
+            cache.close()
 
     def attach(self, reqs: list[Request], compiled: Any) -> None:
         if compiled is None:

@@ -1,8 +1,9 @@
 """`GrammarSpec`: what a request constrains its output to, in canonical text.
 
 Built from `SamplingParams` (json_schema, regex, ebnf, choice) in the caller's
-thread. Only types and shapes are checked here (a JSON string must parse); the
-compile, which can fail on a well-formed but unsupported input, happens later
+thread. Types, shapes and the per-request limits (`limits.py`: sizes, nesting,
+enum lengths, lookaround in patterns) are checked here; the compile, which
+can fail on a well-formed but unsupported input, happens later
 in `GrammarCache`. The canonical text is the compile cache's key, so equal
 schemas written with different spacing share one compile.
 """
@@ -13,6 +14,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from radixserve.constrained import limits
 
 KINDS = ("json_schema", "regex", "ebnf", "choice", "structural_tag")
 
@@ -31,6 +34,7 @@ def canonical_json_schema(value: Any) -> str:
     if isinstance(value, type) and hasattr(value, "model_json_schema"):
         value = value.model_json_schema()  # pydantic v2 BaseModel class
     elif isinstance(value, str):
+        limits.check_schema_text(value)  # size and nesting before the (recursive) parser
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
@@ -42,10 +46,13 @@ def canonical_json_schema(value: Any) -> str:
             f"must be a JSON object (a str of JSON, a dict, or a pydantic model class), "
             f"got {type(value).__name__}"
         )
+    limits.check_schema(value)  # nesting (before the recursive json.dumps), enums, patterns
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"is not serializable as JSON ({e})") from None
+    limits.check_schema_text(text)
+    return text
 
 
 def canonical_structural_tag(value: Any) -> str:
@@ -58,10 +65,13 @@ def canonical_structural_tag(value: Any) -> str:
             raise ValueError(f"not valid JSON ({e})") from None
     if not isinstance(value, dict) or value.get("type") != "structural_tag":
         raise ValueError('must be an object {"type": "structural_tag", "format": {...}}')
+    limits.check_schema(value)  # the schemas inside: nesting, enums, patterns
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"is not serializable as JSON ({e})") from None
+    limits.check_schema_text(text)
+    return text
 
 
 def canonical_choice(value: Any) -> tuple[str, ...]:
@@ -72,6 +82,7 @@ def canonical_choice(value: Any) -> tuple[str, ...]:
         raise ValueError("must hold at least one string")
     if not all(isinstance(c, str) and c for c in choices):
         raise ValueError("must be non-empty strings")
+    limits.check_choices(choices)
     return choices
 
 
@@ -79,6 +90,18 @@ def check_text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("must be a non-empty string")
     return value
+
+
+def check_regex(value: Any) -> str:
+    text = check_text(value)
+    limits.check_regex(text)
+    return text
+
+
+def check_ebnf(value: Any) -> str:
+    text = check_text(value)
+    limits.check_ebnf(text)
+    return text
 
 
 def spec_of(kind: str, value: Any) -> GrammarSpec:

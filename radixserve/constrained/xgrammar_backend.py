@@ -14,24 +14,53 @@ separators of `json.dumps`: ", " and ": "): a small model otherwise tends to
 emit whitespace until max_tokens runs out, and fixed separators are forced
 strings that jump-forward skips. Schemas go through `json_schema.prepare`
 first (strict-mode arrays, allOf, multipleOf; see there).
+
+Every grammar is built as an `xgr.Grammar` and read by `grammar_analysis`
+before it compiles: one with no finite output fails its request here, and
+`Compiled.jump_safe` says whether xgrammar's jump-forward search is bounded on
+it (it loops forever, holding the GIL, inside a rule with no finite
+derivation). Matchers of other grammars never search, and a matcher whose
+search once took longer than `JUMP_BUDGET_S` stops searching (forced text is
+then found token by token through the masks, as with `jump_forward=False`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import xgrammar as xgr
 
+from radixserve.constrained.grammar_analysis import analyze
 from radixserve.constrained.json_schema import prepare
 from radixserve.constrained.regex_rewrite import optional_groups
 from radixserve.constrained.spec import GrammarSpec
 from radixserve.model.text_tokenizer import transformers_tokenizer
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")  # "[08:34:09] /project/cpp/x.cc:94: "
+JUMP_BUDGET_S = 0.05  # one forced-string search slower than this ends jump-forward for its matcher
+MAX_FORCED_CHARS = 4096  # forced text taken at once (the rest is forced again after it)
+NO_OUTPUT = (
+    "the grammar admits no finite output: every output recurses without end (e.g. an object "
+    "that requires a property of its own type); make the recursion optional"
+)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled grammar and what the analysis found out about it."""
+
+    grammar: xgr.CompiledGrammar
+    jump_safe: bool  # xgrammar's forced-string search ends on every state of this grammar
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.grammar.memory_size_bytes)
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:
@@ -76,9 +105,10 @@ def clean_error(e: BaseException) -> str:
 
 
 class XGrammarMatcher:
-    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int) -> None:
-        self._m = xgr.GrammarMatcher(compiled)
+    def __init__(self, compiled: Compiled, vocab_size: int) -> None:
+        self._m = xgr.GrammarMatcher(compiled.grammar)
         self._vocab_size = vocab_size
+        self._jump = compiled.jump_safe  # off for good after one slow search
 
     def accept_token(self, token_id: int) -> bool:
         return bool(self._m.accept_token(token_id))
@@ -94,7 +124,13 @@ class XGrammarMatcher:
         return bool(self._m.is_terminated())
 
     def forced_string(self) -> str:
-        return str(self._m.find_jump_forward_string())
+        if not self._jump:
+            return ""
+        t0 = time.perf_counter()
+        forced = str(self._m.find_jump_forward_string())
+        if time.perf_counter() - t0 > JUMP_BUDGET_S:
+            self._jump = False
+        return forced[:MAX_FORCED_CHARS]
 
     def forced_stop(self) -> int | None:
         if not self._m.is_completed():  # cheap test first: a row fill only at the grammar's end
@@ -127,27 +163,40 @@ class XGrammarBackend:
         self.json_compiler = xgr.GrammarCompiler(self.json_info, max_threads=threads, cache_enabled=False)
         self._batch = xgr.BatchGrammarMatcher("auto")  # fills a step's rows on several threads
 
-    def compile(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
+    def compile(self, spec: GrammarSpec) -> Compiled:
         try:
-            if spec.kind == "json_schema":
-                schema = json.dumps(prepare(json.loads(spec.text)))
-                return self.json_compiler.compile_json_schema(
-                    schema, any_whitespace=False, separators=(", ", ": ")
-                )
-            if spec.kind == "regex":
-                return self.compiler.compile_regex(optional_groups(spec.text))
-            if spec.kind == "ebnf":
-                return self.compiler.compile_grammar(spec.text)
-            if spec.kind == "structural_tag":
-                return self.compiler.compile_structural_tag(spec.text)
-            if spec.kind == "choice":
-                return self.compiler.compile_grammar(choice_grammar(json.loads(spec.text)))
+            grammar = self._grammar(spec)
         except (RuntimeError, ValueError, TypeError) as e:
             raise ValueError(f"{spec.kind}: {clean_error(e)}") from None
+        facts = analyze(str(grammar))
+        if facts is not None and not facts.admits_output:
+            raise ValueError(f"{spec.kind}: {NO_OUTPUT}")
+        compiler = self.json_compiler if spec.kind == "json_schema" else self.compiler
+        try:
+            compiled = compiler.compile_grammar(grammar)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ValueError(f"{spec.kind}: {clean_error(e)}") from None
+        return Compiled(compiled, facts is not None and facts.jump_safe)
+
+    def _grammar(self, spec: GrammarSpec) -> xgr.Grammar:
+        if spec.kind == "json_schema":
+            schema = json.dumps(prepare(json.loads(spec.text)))
+            return xgr.Grammar.from_json_schema(schema, any_whitespace=False, separators=(", ", ": "))
+        if spec.kind == "regex":
+            return xgr.Grammar.from_regex(optional_groups(spec.text))
+        if spec.kind == "ebnf":
+            return xgr.Grammar.from_ebnf(spec.text)
+        if spec.kind == "choice":
+            return xgr.Grammar.from_ebnf(choice_grammar(json.loads(spec.text)))
+        if spec.kind == "structural_tag":
+            return xgr.Grammar.from_structural_tag(spec.text)
         raise ValueError(f"unknown grammar kind {spec.kind!r}")
 
     def matcher(self, compiled: Any) -> XGrammarMatcher:
         return XGrammarMatcher(compiled, self.vocab_size)
+
+    def memory_bytes(self, compiled: Any) -> int:
+        return int(compiled.size_bytes)
 
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         return xgr.allocate_token_bitmask(rows, self.vocab_size)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+from radixserve.constrained import limits
+
 # OpenAI's rule for function names; it also keeps names safe inside the markup of every format.
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_TOOLS = 512
@@ -109,6 +111,10 @@ def function_spec(tool: object, where: str = "tool") -> FunctionSpec:
     parameters = fn.get("parameters", _EMPTY_PARAMETERS)
     _require(isinstance(parameters, Mapping), f"{where}.parameters", "must be a JSON schema object")
     assert isinstance(parameters, Mapping)
+    try:
+        limits.check_schema(dict(parameters))  # before the recursive checks below
+    except ValueError as e:
+        raise ValueError(f"{where}.parameters: {e}") from None
     try:
         jsonschema.validators.validator_for(parameters).check_schema(parameters)
     except jsonschema.SchemaError as e:

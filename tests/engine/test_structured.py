@@ -72,7 +72,7 @@ def hf_constrained(engine: Engine, hf_model: Any, tokenizer: Any, messages: Any,
     compiled = engine.engine.grammar_cache.backend.compile(sp.grammar)
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tokenizer.encode(text, add_special_tokens=False)
-    procs = LogitsProcessorList([LogitsProcessor(compiled)])
+    procs = LogitsProcessorList([LogitsProcessor(compiled.grammar)])
     _HF_REFS[key] = hf_greedy(hf_model, ids, sp.max_tokens, logits_processor=procs)
     return _HF_REFS[key]
 

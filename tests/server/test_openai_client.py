@@ -191,6 +191,31 @@ def test_response_format_json_schema(client: Any) -> None:
         assert isinstance(json.loads(r.choices[0].message.content), dict)
 
 
+def test_hostile_schemas_are_400s_naming_the_problem(client: Any) -> None:
+    import openai
+
+    node = {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}
+    lookaround = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=.*[0-9]).+$"}}}
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(200):  # past max_depth (128), within what the client can encode
+        deep = {"type": "array", "items": deep}
+    cases = [
+        (lookaround, "properties.code.pattern uses a lookahead"),
+        ({"enum": list(range(5000))}, "GrammarLimits.max_enum_values"),
+        (deep, "GrammarLimits.max_depth"),
+        ({"$ref": "#/$defs/n", "$defs": {"n": node}}, "admits no finite output"),
+    ]
+    for schema, message in cases:
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "JSON?"}],
+                max_tokens=8,
+                response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            )
+        assert info.value.status_code == 400 and message in str(info.value)
+
+
 def test_extension_parameters_via_extra_body(client: Any) -> None:
     r = client.completions.create(
         model=MODEL,
