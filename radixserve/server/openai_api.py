@@ -20,6 +20,7 @@ from radixserve.engine import EngineDeadError
 from radixserve.outputs import RequestOutput
 from radixserve.sampling_params import SamplingParams
 from radixserve.server import openai_format as fmt
+from radixserve.server.body import JSONRoute
 from radixserve.server.engine_calls import complete_all, stream_all
 from radixserve.server.errors import APIError, bad_request, error_body
 from radixserve.server.limits import Ticket
@@ -27,7 +28,7 @@ from radixserve.server.metrics import Tracker
 from radixserve.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixserve.server.serving import ClientGone, admit, encode_prompt, engine_of, unless_disconnected
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute)
 
 
 @router.get("/v1/models")
@@ -47,7 +48,7 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     engine = engine_of(request)
     _check_model(request, body.model)
-    ids = encode_prompt(request, engine, body.prompt())
+    ids = await encode_prompt(request, engine, body.prompt())
     limits = request.app.state.settings.limits
     params = body.sampling_params(engine.context_length - len(ids), limits.max_n)
     meta = fmt.Meta.new("chat", request.app.state.settings.model_name)
@@ -58,7 +59,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
 async def completions(body: CompletionRequest, request: Request) -> Response:
     engine = engine_of(request)
     _check_model(request, body.model)
-    prompts = [encode_prompt(request, engine, p) for p in body.prompts()]
+    prompts = [await encode_prompt(request, engine, p) for p in body.prompts()]
     params = body.sampling_params(request.app.state.settings.limits.max_n)
     meta = fmt.Meta.new("text", request.app.state.settings.model_name)
     return await _serve(request, meta, prompts, params, body.stream, _include_usage(body))
