@@ -120,7 +120,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.allowed_hosts is None and _is_wildcard(args.host):
         print(
             f"radixserve: note: serving on {args.host}: only requests to localhost, 127.0.0.1 or "
-            "[::1] are answered; add the names clients use with --allowed-hosts",
+            "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
             file=sys.stderr,
         )
     try:
