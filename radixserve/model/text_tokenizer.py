@@ -151,7 +151,10 @@ class TextTokenizer:
     def encode(self, text: Any, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
         if kwargs or not isinstance(text, str):
             return list(self.hf.encode(text, add_special_tokens=add_special_tokens, **kwargs))
-        return list(self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        # encode_batch, not encode: it releases the GIL, so a long prompt tokenized in a worker
+        # thread (the HTTP server does) leaves the event loop running; the ids are the same.
+        (encoding,) = self.backend_tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
+        return list(encoding.ids)
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
         if isinstance(token_ids, int):

@@ -3,9 +3,14 @@
     radixserve serve --model smollm2-135m-instruct --host 127.0.0.1 --port 8000 --api-key KEY
 
 Loopback by default; binding another address without an API key prints a
-warning. Ctrl-C or SIGTERM stops accepting connections, lets in-flight
-responses finish for up to --graceful-timeout seconds, cancels (aborts) what is
-left, then stops the engine; a second Ctrl-C stops at once.
+warning. Only the Host names in --allowed-hosts are served (default: localhost,
+127.0.0.1, [::1] and the bound address), POST bodies must be JSON, and browsers
+on other sites get no access unless --cors-origins names them. An empty
+--api-key (or an empty $RADIXSERVE_API_KEY) is refused at start-up.
+
+Ctrl-C or SIGTERM stops accepting connections, lets in-flight responses finish
+for up to --graceful-timeout seconds, cancels (aborts) what is left, then stops
+the engine; a second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -31,12 +36,47 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument(
         "--api-key",
         default=os.environ.get("RADIXSERVE_API_KEY"),
-        help="require `Authorization: Bearer KEY` (default: $RADIXSERVE_API_KEY, else none)",
+        help="require `Authorization: Bearer KEY` (default: $RADIXSERVE_API_KEY, else none; "
+        "an empty key is an error)",
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        nargs="+",
+        default=None,
+        metavar="HOST",
+        help="Host header values served, '*' for any, '*.example.com' for a domain "
+        "(default: localhost 127.0.0.1 [::1] and the --host address)",
+    )
+    p.add_argument(
+        "--cors-origins",
+        nargs="+",
+        default=(),
+        metavar="ORIGIN",
+        help="browser origins allowed to call the server, e.g. https://app.example.com, '*' for any "
+        "(default: none)",
     )
     p.add_argument("--served-model-name", default=None, help="the model id clients send (default: --model)")
     p.add_argument("--max-queued-requests", type=int, default=1024, help="in-flight completions before 503")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="largest request body (default 4 MiB)")
     p.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt (default: context)")
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=1 << 20,
+        help="longest prompt text in characters, checked before tokenizing (default 1 Mi)",
+    )
+    p.add_argument(
+        "--max-json-depth",
+        type=int,
+        default=128,
+        help="deepest nesting of objects and arrays in a request body (default 128, at most 200)",
+    )
+    p.add_argument(
+        "--timeout-keep-alive",
+        type=int,
+        default=5,
+        help="seconds an idle keep-alive connection stays open (default 5)",
+    )
     p.add_argument(
         "--graceful-timeout", type=float, default=30.0, help="seconds to finish in-flight work on stop"
     )
@@ -49,15 +89,38 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         from radixserve.server.limits import ServerLimits
 
-        limits = ServerLimits(args.max_body_bytes, args.max_prompt_tokens, args.max_queued_requests)
+        limits = ServerLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_queued_requests=args.max_queued_requests,
+            max_prompt_chars=args.max_prompt_chars,
+            max_json_depth=args.max_json_depth,
+        )
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port {args.port}: must be in [0, 65535]")
+        if args.timeout_keep_alive < 1:
+            raise ValueError(f"--timeout-keep-alive {args.timeout_keep_alive}: must be >= 1")
+        if args.api_key is not None and not args.api_key.strip():
+            raise ValueError(
+                "the API key is empty (--api-key or $RADIXSERVE_API_KEY): give a non-empty key, "
+                "or unset it to serve without one"
+            )
+        from radixserve.server.app import ServerSettings
+
+        hosts = tuple(args.allowed_hosts or ("*",))
+        ServerSettings("", args.api_key, limits, hosts, tuple(args.cors_origins))  # validates the hosts
     except ValueError as e:
         return _fail(str(e), EXIT_USAGE)
     if not args.api_key and not _is_loopback(args.host):
         print(
             f"radixserve: warning: serving on {args.host} without --api-key: "
             "anyone who can reach it may use it",
+            file=sys.stderr,
+        )
+    if args.allowed_hosts is None and _is_wildcard(args.host):
+        print(
+            f"radixserve: note: serving on {args.host}: only requests to localhost, 127.0.0.1 or "
+            "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
             file=sys.stderr,
         )
     try:
@@ -80,9 +143,12 @@ def serve_command(args: argparse.Namespace) -> int:
                 engine,
                 args.host,
                 args.port,
-                api_key=args.api_key or None,
+                api_key=args.api_key,
                 limits=limits,
                 model_name=args.served_model_name,
+                allowed_hosts=args.allowed_hosts,
+                cors_origins=args.cors_origins,
+                keep_alive_s=args.timeout_keep_alive,
                 graceful_s=args.graceful_timeout,
                 log_level=args.log_level,
                 on_ready=ready,
@@ -96,6 +162,13 @@ def serve_command(args: argparse.Namespace) -> int:
         return _fail(_one_line(e), EXIT_RUNTIME)
     print("radixserve: stopped", file=sys.stderr)
     return 0
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def _is_loopback(host: str) -> bool:

@@ -7,13 +7,16 @@ in the same shape, so clients see one error format whatever went wrong.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Send
 
 # The `type` OpenAI sends with each status.
 _TYPES = {
@@ -23,6 +26,7 @@ _TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
@@ -40,6 +44,16 @@ class APIError(Exception):
         self.code = code
 
 
+class BodyError(StarletteHTTPException):
+    """A request body the server refuses: a 400 with an error code.
+
+    An HTTPException so that FastAPI's body parsing passes it on unchanged."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(400, message)
+        self.code = code
+
+
 def error_body(
     status: int, message: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
@@ -54,9 +68,21 @@ def error_body(
 
 
 def error_response(
-    status: int, message: str, param: str | None = None, code: str | None = None
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param, code), status_code=status)
+    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+async def send_error(send: Send, status: int, message: str, code: str | None = None) -> None:
+    """Answer with an error from ASGI middleware, outside the app's exception handlers."""
+    data = json.dumps(error_body(status, message, code=code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 def bad_request(e: ValueError | TypeError) -> APIError:
@@ -93,7 +119,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return error_response(exc.status_code, str(exc.detail))
+        code = exc.code if isinstance(exc, BodyError) else None
+        return error_response(exc.status_code, str(exc.detail), code=code, headers=exc.headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Still OpenAI's shape (Starlette logs the traceback); the message names the type only.

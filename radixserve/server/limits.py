@@ -1,4 +1,4 @@
-"""What one server accepts: body size, prompt size and how many requests may be in flight.
+"""What one server accepts: body size and depth, prompt size and how many requests may be in flight.
 
 `AdmissionGate` counts completions admitted and not yet finished; past
 `max_queued_requests` a new request gets a 503 at once instead of queueing
@@ -8,13 +8,15 @@ without bound. `BodyLimit` is ASGI middleware that reads a request body up to
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from radixserve.server.errors import APIError, error_body
+from radixserve.server.errors import APIError, send_error
+
+# The JSON parser's own nesting bound (pydantic-core's jiter refuses deeper input without
+# recursing in Python); `max_json_depth` may be set up to it.
+PARSER_MAX_DEPTH = 200
 
 
 @dataclass(frozen=True)
@@ -23,14 +25,24 @@ class ServerLimits:
     max_prompt_tokens: int | None = None  # None: whatever fits the engine's context
     max_queued_requests: int = 1024  # completions in flight (n counts n times)
     max_n: int = 64
+    # Characters of one prompt (text, or the text of chat messages), checked before tokenizing.
+    max_prompt_chars: int = 1 << 20
+    # Nesting of a JSON body (objects and arrays). Real requests, JSON schemas in
+    # `response_format` included, nest far less; 10,000-deep bodies are an attack.
+    max_json_depth: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_queued_requests", "max_n"):
+        for name in ("max_body_bytes", "max_queued_requests", "max_n", "max_prompt_chars", "max_json_depth"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServerLimits.{name}={v!r}: must be an integer >= 1")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError(f"ServerLimits.max_prompt_tokens={self.max_prompt_tokens!r}: must be >= 1")
+        if self.max_json_depth > PARSER_MAX_DEPTH:
+            raise ValueError(
+                f"ServerLimits.max_json_depth={self.max_json_depth}: at most {PARSER_MAX_DEPTH}, "
+                "the JSON parser's own bound"
+            )
 
 
 class AdmissionGate:
@@ -128,13 +140,4 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body: Any = error_body(413, f"the request body is larger than the server's limit of {limit} bytes")
-    data = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
+    await send_error(send, 413, f"the request body is larger than the server's limit of {limit} bytes")

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from radixserve.outputs import RequestOutput
+from radixserve.server.body import JSONRoute
 from radixserve.server.errors import APIError, bad_request, error_response
 from radixserve.server.limits import Ticket
 from radixserve.server.metrics import Tracker
@@ -32,7 +33,7 @@ from radixserve.server.serving import ClientGone, admit, encode_prompt, engine_o
 if TYPE_CHECKING:
     from radixserve.engine import AsyncEngine
 
-router = APIRouter(tags=["sglang-native"])
+router = APIRouter(tags=["sglang-native"], route_class=JSONRoute)
 
 
 def _failure(e: BaseException) -> JSONResponse:
@@ -62,7 +63,7 @@ class _Completion:
         self.meta = [MetaBuilder(item, ids, name, texts) for name in names]
 
 
-def _prepare(request: Request, engine: AsyncEngine, body: Any) -> tuple[list[_Completion], bool, bool]:
+async def _prepare(request: Request, engine: AsyncEngine, body: Any) -> tuple[list[_Completion], bool, bool]:
     """Validated completions, whether the answer is a list, and whether to stream."""
     if not isinstance(body, dict):
         raise NativeError("the request body must be a JSON object")
@@ -76,7 +77,7 @@ def _prepare(request: Request, engine: AsyncEngine, body: Any) -> tuple[list[_Co
     out: list[_Completion] = []
     index = 0
     for item in items:
-        ids = encode_prompt(request, engine, item.prompt)
+        ids = await encode_prompt(request, engine, item.prompt)
         if not ids:
             raise NativeError("the prompt is empty")
         if item.logprob_start_len > len(ids):
@@ -191,13 +192,10 @@ async def _stream(engine: AsyncEngine, comps: list[_Completion], batch: bool, ti
 @router.api_route("/generate", methods=["POST", "PUT"])
 async def generate(request: Request) -> Response:
     """SGLang's `/generate`."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return error_response(400, f"the request body is not valid JSON: {e}")
+    body = await request.json()  # a BodyError (400) when not JSON or nested too deep
     try:
         engine = engine_of(request)
-        comps, batch, stream = _prepare(request, engine, body)
+        comps, batch, stream = await _prepare(request, engine, body)
         ticket = admit(request, sum(c.item.params.n for c in comps))
     except Exception as e:
         return _failure(e)

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.body import JSONRoute
 from radixserve.server.errors import APIError, error_response
 from radixserve.server.native_protocol import UNSUPPORTED_CODE
 from radixserve.server.serving import engine_of
@@ -24,7 +25,7 @@ from radixserve.server.serving import engine_of
 if TYPE_CHECKING:
     from radixserve.engine import AsyncEngine
 
-router = APIRouter(tags=["sglang-native"])
+router = APIRouter(tags=["sglang-native"], route_class=JSONRoute)
 _HEALTH_TIMEOUT_S = 20.0
 
 
@@ -76,9 +77,11 @@ async def server_info(request: Request) -> Response:
     return JSONResponse(info)
 
 
-@router.api_route("/flush_cache", methods=["GET", "POST"])
+@router.post("/flush_cache")
 async def flush_cache(request: Request) -> Response:
-    """Empty the radix cache; 400 while requests are running (nothing is done then)."""
+    """Empty the radix cache; 400 while requests are running (nothing is done then).
+
+    POST only: a GET that changes state is one a web page can trigger with an image tag."""
     try:
         done = await engine_of(request).flush_cache()
     except Exception as e:
@@ -115,9 +118,10 @@ class AbortReq(BaseModel):
 @router.post("/abort_request")
 async def abort_request(request: Request) -> Response:
     """Abort the running request `rid` (its answer or stream ends with finish_reason abort)."""
+    body = await request.json()  # a BodyError (400) when not JSON or nested too deep
     try:
-        req = AbortReq.model_validate(await request.json())
-    except (ValueError, ValidationError) as e:
+        req = AbortReq.model_validate(body)
+    except ValidationError as e:
         return error_response(400, f'abort_request takes {{"rid": ...}}: {e}')
     if req.abort_all or not req.rid:
         return error_response(

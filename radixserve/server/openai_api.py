@@ -23,6 +23,7 @@ from radixserve.outputs import RequestOutput
 from radixserve.prompts import encode_text
 from radixserve.sampling_params import SamplingParams
 from radixserve.server import openai_format as fmt
+from radixserve.server.body import JSONRoute
 from radixserve.server.engine_calls import complete_all, stream_all
 from radixserve.server.errors import APIError, bad_request, error_body
 from radixserve.server.limits import Ticket
@@ -30,7 +31,7 @@ from radixserve.server.metrics import Tracker
 from radixserve.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixserve.server.serving import ClientGone, admit, encode_prompt, engine_of, unless_disconnected
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute)
 
 
 @router.get("/v1/models")
@@ -51,7 +52,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     engine = engine_of(request)
     _check_model(request, body.model)
     plan = _plan(engine, body)
-    ids = encode_prompt(request, engine, encode_text(engine.tokenizer, plan.prompt, add_special_tokens=False))
+    ids = await encode_prompt(request, engine, plan.prompt, param="messages", tokenize=_encode_rendered)
     limits = request.app.state.settings.limits
     params = body.sampling_params(engine.context_length - len(ids), limits.max_n)
     try:
@@ -86,11 +87,16 @@ def _plan(engine: AsyncEngine, body: ChatCompletionRequest) -> ChatPlan:
 _CHAT_FIELDS = ("messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
 
 
+def _encode_rendered(tokenizer: Any, text: str) -> list[int]:
+    """Ids of a rendered chat prompt: the template wrote its special tokens already."""
+    return encode_text(tokenizer, text, add_special_tokens=False)
+
+
 @router.post("/v1/completions", response_model=None)
 async def completions(body: CompletionRequest, request: Request) -> Response:
     engine = engine_of(request)
     _check_model(request, body.model)
-    prompts = [encode_prompt(request, engine, p) for p in body.prompts()]
+    prompts = [await encode_prompt(request, engine, p) for p in body.prompts()]
     params = body.sampling_params(request.app.state.settings.limits.max_n)
     meta = fmt.Meta.new("text", request.app.state.settings.model_name)
     return await _serve(request, meta, prompts, params, body.stream, _include_usage(body))

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ipaddress
 import signal
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -48,7 +49,9 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-def _uvicorn_server(app: Any, sock: socket.socket, graceful_s: float, log_level: str) -> uvicorn.Server:
+def _uvicorn_server(
+    app: Any, sock: socket.socket, graceful_s: float, log_level: str, keep_alive_s: int
+) -> uvicorn.Server:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -65,10 +68,27 @@ def _uvicorn_server(app: Any, sock: socket.socket, graceful_s: float, log_level:
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=max(1, round(graceful_s)),
+        # An idle keep-alive connection is closed after this long. uvicorn (0.55) has no
+        # timeout for reading a request's headers; its h11 parser bounds their size (16 KiB).
+        timeout_keep_alive=keep_alive_s,
         lifespan="off",  # the engine's lifetime is ours, not the app's
         access_log=False,
     )
     return Server(config)
+
+
+def default_allowed_hosts(bind_host: str) -> tuple[str, ...]:
+    """The Host names served by default: loopback, plus the bound address when it is one
+    address (clients then reach it by that address); a wildcard bind adds nothing."""
+    from radixserve.server.app import LOOPBACK_HOSTS
+
+    try:
+        ip = ipaddress.ip_address(bind_host)
+    except ValueError:  # a host name, e.g. localhost or the machine's name
+        return LOOPBACK_HOSTS if bind_host in LOOPBACK_HOSTS else (*LOOPBACK_HOSTS, bind_host)
+    if ip.is_unspecified or ip.is_loopback:
+        return LOOPBACK_HOSTS
+    return (*LOOPBACK_HOSTS, f"[{ip}]" if ip.version == 6 else str(ip))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -88,17 +108,32 @@ async def serve(
     api_key: str | None = None,
     limits: ServerLimits | None = None,
     model_name: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    cors_origins: Sequence[str] = (),
+    keep_alive_s: int = 5,
     graceful_s: float = 30.0,
     log_level: str = "info",
     on_ready: Callable[[uvicorn.Server, str], None] | None = None,
 ) -> None:
-    """Start `engine`, serve it on host:port until stopped, then shut it down."""
+    """Start `engine`, serve it on host:port until stopped, then shut it down.
+
+    `allowed_hosts` None: `default_allowed_hosts(host)`."""
     from radixserve.server.app import create_app
 
+    if keep_alive_s < 1:
+        raise ValueError(f"keep_alive_s={keep_alive_s}: must be >= 1")
+    # Built before the engine starts: a bad setting fails at once, not after the model loads.
+    app = create_app(
+        engine,
+        api_key=api_key,
+        limits=limits,
+        model_name=model_name,
+        allowed_hosts=default_allowed_hosts(host) if allowed_hosts is None else allowed_hosts,
+        cors_origins=cors_origins,
+    )
     sock = bind(host, port)
     async with engine:
-        app = create_app(engine, api_key=api_key, limits=limits, model_name=model_name)
-        server = _uvicorn_server(app, sock, graceful_s, log_level)
+        server = _uvicorn_server(app, sock, graceful_s, log_level, keep_alive_s)
         bound = sock.getsockname()
         url = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
         if on_ready is not None:

@@ -53,7 +53,7 @@ def test_stalled_step_fails_its_callers_and_the_engine_recovers() -> None:
         async with AsyncEngine(engine_config(watchdog_timeout_s=1.0)) as engine:
             inject_faults(engine, _blocking_hook(release, entered))
             client = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=create_app(engine)), base_url="http://t"
+                transport=httpx.ASGITransport(app=create_app(engine)), base_url="http://localhost"
             )
             bystander = asyncio.ensure_future(_outcome(engine.complete("Once upon a time", BYSTANDER)))
             t0 = time.monotonic()

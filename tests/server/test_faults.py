@@ -162,7 +162,7 @@ def test_full_queue_answers_503_then_recovers(live: ServerThread) -> None:
     async def scenario() -> list[int]:
         app = create_app(live.engine, limits=ServerLimits(max_queued_requests=2))
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
             long = asyncio.ensure_future(c.post("/v1/completions", json={**LONG, "max_tokens": 40, "n": 2}))
             while app.state.gate.in_flight < 2:
                 await asyncio.sleep(0.01)
@@ -212,7 +212,7 @@ def test_engine_not_running_is_503() -> None:
         app = create_app(AsyncEngine(EngineConfig(model=MODEL)), api_key="k")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://t", headers={"authorization": "Bearer k"}
+            transport=transport, base_url="http://localhost", headers={"authorization": "Bearer k"}
         ) as c:
             r = await c.post("/v1/chat/completions", json=CHAT)
             return r.status_code, r.json()

@@ -312,7 +312,7 @@ def test_info_cache_and_health_endpoints(client: httpx.Client, live: ServerThrea
     r = client.post("/flush_cache")
     assert r.status_code == 200 and "flushed" in r.text
     assert live.call(live.engine.stats)["cached_tokens"] == 0
-    assert client.get("/flush_cache").status_code == 200
+    assert client.get("/flush_cache").status_code == 405  # state changes are POST only
     assert client.get("/health").status_code == 200
     assert client.get("/health_generate").status_code == 200
 
