@@ -19,6 +19,7 @@ from typing import Any
 
 from radixserve.lang.backend import Backend, GenParams
 from radixserve.lang.chat_template import ChatTemplate
+from radixserve.lang.choices import decide
 from radixserve.lang.ir import (
     CachePrefix,
     Concat,
@@ -302,11 +303,18 @@ class Executor:
             raise ValueError("select: choices must be a non-empty list of non-empty strings")
         if e.temperature > 1e-5:
             raise ValueError("select: only temperature 0 (the most likely choice) is supported")
-        unconditional = e.method.requires_unconditional_logprobs
+        unconditional = bool(e.method.requires_unconditional_logprobs)
         scored = await self.backend.score_choices(self.text, list(e.choices), unconditional)
-        decision = e.method(list(e.choices), scored)
+        uncond = None
+        if unconditional:
+            uncond = [c.unconditional for c in scored if c.unconditional is not None]
+            if len(uncond) != len(scored):
+                raise RuntimeError("select: the backend gave no unconditional logprobs")
+        decision = decide(e.method, e.choices, [c.token_logprobs for c in scored], uncond)
+        if decision.decision not in e.choices:
+            raise ValueError(f"select: the choices method picked {decision.decision!r}, not a choice")
         self._fill(decision.decision)
-        meta = dict(decision.meta_info, usage=[c.meta_info for c in scored])
+        meta = dict(decision.meta_info or {}, usage=[c.meta_info for c in scored])
         self._set_var(e.name, decision.decision, meta)
 
 
