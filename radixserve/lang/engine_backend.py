@@ -110,7 +110,7 @@ class EngineBackend(Backend):
             async for o in agen:
                 if o.finish_reason == "abort":
                     raise RuntimeError(f"the request failed: {o.error or 'aborted'}")
-                yield StreamChunk(o.delta_text, o.finished, meta_info(o) if o.finished else {})
+                yield StreamChunk(o.delta_text, o.finished, meta_info(o))
         finally:
             await agen.aclose()  # type: ignore[attr-defined]
 

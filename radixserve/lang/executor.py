@@ -70,6 +70,9 @@ class Executor:
         self.text = ""
         self.variables: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}
+        # A streamed gen's meta_info so far (cumulative: completion_tokens, output logprobs),
+        # set with its text in one step so streaming readers see the two agree.
+        self.stream_meta: dict[str, dict[str, Any]] = {}
         self.messages: list[dict[str, str]] = []
         self.cur_role: str | None = None
         self.role_begin = 0
@@ -274,15 +277,15 @@ class Executor:
     async def _gen(self, g: Gen) -> None:
         params = self.resolve(g)
         if self.stream and params.n == 1:
-            out, meta = "", {}
+            out, meta = "", dict[str, Any]()
             if g.name is not None:
-                self._set_stream_var(g.name, "")
+                self._set_stream_var(g.name, "", meta)
             async for chunk in self.backend.stream(self.text, params):
                 out += chunk.text
                 meta = chunk.meta_info
                 self.text += chunk.text
                 if g.name is not None:
-                    self._set_stream_var(g.name, out)
+                    self._set_stream_var(g.name, out, meta)
                 self._changed()
             self._set_var(g.name, out, meta)
             return
@@ -294,9 +297,10 @@ class Executor:
             meta = dict(results[0].meta_info, choices=[r.meta_info for r in results])
             self._set_var(g.name, [r.text for r in results], meta)
 
-    def _set_stream_var(self, name: str, value: str) -> None:
+    def _set_stream_var(self, name: str, value: str, meta: dict[str, Any]) -> None:
         with self.cv:
             self.variables[name] = value
+            self.stream_meta[name] = meta
 
     async def _select(self, e: Select) -> None:
         if not e.choices or not all(isinstance(c, str) and c for c in e.choices):
