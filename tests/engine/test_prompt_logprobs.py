@@ -1,7 +1,8 @@
 """Prompt logprobs are exact across prefill chunks: every position's logprob equals
 transformers' log-softmax of the prompt, and the count is exact, for prompts of one, two and
-three chunks, alone and concurrent, prompt-only (`max_tokens=0`) or generating, in overlap and
-lockstep mode, and after a radix-cache hit (a cached prefix never skips a requested position).
+three chunks, alone and concurrent, prompt-only (`max_tokens=0`) or generating, in overlap,
+lockstep and prefill-first mode, and after a radix-cache hit (a cached prefix never skips a
+requested position).
 """
 
 from __future__ import annotations
@@ -55,9 +56,13 @@ def _check(out: Any, ids: list[int], ref: list[float], start: int = 0) -> None:
     assert worst < TOL, worst
 
 
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "lockstep"])
+@pytest.mark.parametrize(
+    "overlap,mixed",
+    [(True, True), (False, True), (True, False)],
+    ids=["overlap", "lockstep", "prefill_first"],
+)
 def test_one_two_and_three_chunks_alone_then_concurrent(
-    overlap: bool, chunk_prompts: list[list[int]], hf_lps: list[list[float]]
+    overlap: bool, mixed: bool, chunk_prompts: list[list[int]], hf_lps: list[list[float]]
 ) -> None:
     async def body(engine: AsyncEngine) -> tuple[list[Any], list[Any], list[Any]]:
         alone = [await engine.complete(p, ONLY) for p in chunk_prompts]
@@ -71,7 +76,7 @@ def test_one_two_and_three_chunks_alone_then_concurrent(
         return alone, list(both[:3]), list(both[3:])
 
     alone, only, generating = run(
-        with_engine, engine_config(overlap=overlap, chunked_prefill_size=CHUNK), body
+        with_engine, engine_config(overlap=overlap, mixed_steps=mixed, chunked_prefill_size=CHUNK), body
     )
     for outs in (alone, only, generating):
         for out, ids, ref in zip(outs, chunk_prompts, hf_lps):
