@@ -277,7 +277,8 @@ class Executor:
     async def _gen(self, g: Gen) -> None:
         params = self.resolve(g)
         if self.stream and params.n == 1:
-            out, meta = "", dict[str, Any]()
+            out = ""
+            meta: dict[str, Any] = {}
             if g.name is not None:
                 self._set_stream_var(g.name, "", meta)
             async for chunk in self.backend.stream(self.text, params):
