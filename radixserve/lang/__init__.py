@@ -34,6 +34,7 @@ from radixserve.lang.backend import Backend, ChoiceLogprobs, GenParams, GenResul
 from radixserve.lang.chat_template import ChatTemplate
 from radixserve.lang.choices import (
     ChoicesDecision,
+    ChoicesMethod,
     ChoicesSamplingMethod,
     greedy_token_selection,
     token_length_normalized,
@@ -51,6 +52,7 @@ __all__ = [
     "ChatTemplate",
     "ChoiceLogprobs",
     "ChoicesDecision",
+    "ChoicesMethod",
     "ChoicesSamplingMethod",
     "GenParams",
     "GenResult",

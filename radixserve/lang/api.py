@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from radixserve.lang.bridge import call_sync, loop_for_sync
-from radixserve.lang.choices import ChoicesSamplingMethod, token_length_normalized
+from radixserve.lang.choices import ChoicesMethod, token_length_normalized
 from radixserve.lang.defaults import as_backend, get_default_backend
 from radixserve.lang.ir import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, as_expr
 
@@ -57,7 +57,7 @@ def gen(
     return_text_in_logprobs: bool | None = None,
     dtype: Any = None,
     choices: Sequence[str] | None = None,
-    choices_method: ChoicesSamplingMethod | None = None,
+    choices_method: ChoicesMethod | None = None,
     regex: str | None = None,
     json_schema: Any = None,
     ebnf: str | None = None,
@@ -94,11 +94,19 @@ def select(
     name: str | None = None,
     choices: Sequence[str] | None = None,
     temperature: float = 0.0,
-    choices_method: ChoicesSamplingMethod = token_length_normalized,
+    choices_method: ChoicesMethod = token_length_normalized,
 ) -> Expr:
-    """Append the most likely of `choices` (scored together in one batch over the prompt)."""
+    """Append the most likely of `choices` (scored together in one batch over the prompt),
+    each on all of its tokens. `choices_method`: `token_length_normalized` (the highest mean
+    token logprob), `greedy_token_selection` or `unconditional_likelihood_normalized`, ours
+    or SGLang's (`sglang.greedy_token_selection`, ...), or any object called like them."""
     if not choices:
         raise ValueError("select needs a non-empty list of choices")
+    if not isinstance(choices_method, ChoicesMethod):
+        raise TypeError(
+            f"select(choices_method={choices_method!r}): use token_length_normalized, "
+            "greedy_token_selection or unconditional_likelihood_normalized (ours or SGLang's)"
+        )
     return Select(name, tuple(choices), temperature, choices_method)
 
 

@@ -68,7 +68,9 @@ class GenResult:
 
 @dataclass(frozen=True)
 class StreamChunk:
-    """A piece of one streamed completion; the last one has finished=True and full meta_info."""
+    """A piece of one streamed completion; the last one has finished=True. `meta_info`: the
+    completion's meta_info so far (SGLang's shape, cumulative: completion_tokens, and the
+    output logprobs of every token up to this piece when asked); the last one's is final."""
 
     text: str
     finished: bool

@@ -110,7 +110,7 @@ class EngineBackend(Backend):
             async for o in agen:
                 if o.finish_reason == "abort":
                     raise RuntimeError(f"the request failed: {o.error or 'aborted'}")
-                yield StreamChunk(o.delta_text, o.finished, meta_info(o) if o.finished else {})
+                yield StreamChunk(o.delta_text, o.finished, meta_info(o))
         finally:
             await agen.aclose()  # type: ignore[attr-defined]
 
@@ -134,6 +134,11 @@ class EngineBackend(Backend):
         outs = await asyncio.gather(
             *(self.engine.complete(f, score.replace(prompt_logprobs_start=s)) for f, s in zip(fulls, starts))
         )
+        for c, f, s, o in zip(choices, fulls, starts, outs):
+            # Every token of the choice is scored (a short count would bias its mean).
+            got = len(_one(o).prompt_logprobs)
+            if got != len(f) - s:
+                raise RuntimeError(f"select: choice {c!r} got {got} logprobs for {len(f) - s} tokens")
         uncond: list[Any] = [None] * len(choices)
         if unconditional:  # each choice alone; its first token has nothing to be scored on
             alone = [f[s:] for f, s in zip(fulls, starts)]

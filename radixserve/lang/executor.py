@@ -19,6 +19,7 @@ from typing import Any
 
 from radixserve.lang.backend import Backend, GenParams
 from radixserve.lang.chat_template import ChatTemplate
+from radixserve.lang.choices import decide
 from radixserve.lang.ir import (
     CachePrefix,
     Concat,
@@ -69,6 +70,9 @@ class Executor:
         self.text = ""
         self.variables: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}
+        # A streamed gen's meta_info so far (cumulative: completion_tokens, output logprobs),
+        # set with its text in one step so streaming readers see the two agree.
+        self.stream_meta: dict[str, dict[str, Any]] = {}
         self.messages: list[dict[str, str]] = []
         self.cur_role: str | None = None
         self.role_begin = 0
@@ -273,15 +277,16 @@ class Executor:
     async def _gen(self, g: Gen) -> None:
         params = self.resolve(g)
         if self.stream and params.n == 1:
-            out, meta = "", {}
+            out = ""
+            meta: dict[str, Any] = {}
             if g.name is not None:
-                self._set_stream_var(g.name, "")
+                self._set_stream_var(g.name, "", meta)
             async for chunk in self.backend.stream(self.text, params):
                 out += chunk.text
                 meta = chunk.meta_info
                 self.text += chunk.text
                 if g.name is not None:
-                    self._set_stream_var(g.name, out)
+                    self._set_stream_var(g.name, out, meta)
                 self._changed()
             self._set_var(g.name, out, meta)
             return
@@ -293,20 +298,28 @@ class Executor:
             meta = dict(results[0].meta_info, choices=[r.meta_info for r in results])
             self._set_var(g.name, [r.text for r in results], meta)
 
-    def _set_stream_var(self, name: str, value: str) -> None:
+    def _set_stream_var(self, name: str, value: str, meta: dict[str, Any]) -> None:
         with self.cv:
             self.variables[name] = value
+            self.stream_meta[name] = meta
 
     async def _select(self, e: Select) -> None:
         if not e.choices or not all(isinstance(c, str) and c for c in e.choices):
             raise ValueError("select: choices must be a non-empty list of non-empty strings")
         if e.temperature > 1e-5:
             raise ValueError("select: only temperature 0 (the most likely choice) is supported")
-        unconditional = e.method.requires_unconditional_logprobs
+        unconditional = bool(e.method.requires_unconditional_logprobs)
         scored = await self.backend.score_choices(self.text, list(e.choices), unconditional)
-        decision = e.method(list(e.choices), scored)
+        uncond = None
+        if unconditional:
+            uncond = [c.unconditional for c in scored if c.unconditional is not None]
+            if len(uncond) != len(scored):
+                raise RuntimeError("select: the backend gave no unconditional logprobs")
+        decision = decide(e.method, e.choices, [c.token_logprobs for c in scored], uncond)
+        if decision.decision not in e.choices:
+            raise ValueError(f"select: the choices method picked {decision.decision!r}, not a choice")
         self._fill(decision.decision)
-        meta = dict(decision.meta_info, usage=[c.meta_info for c in scored])
+        meta = dict(decision.meta_info or {}, usage=[c.meta_info for c in scored])
         self._set_var(e.name, decision.decision, meta)
 
 

@@ -100,12 +100,9 @@ class RemoteBackend(Backend):
                 event = json.loads(data)
                 if "error" in event:
                     raise RemoteError(f"the server failed the request: {event['error'].get('message')}")
-                meta = event["meta_info"]
-                finished = meta.get("finish_reason") is not None
-                if finished:
-                    _raise_if_aborted(meta)
+                meta = _meta(event["meta_info"], params)  # cumulative, as the server sends it
                 text = event["text"]
-                yield StreamChunk(text[sent:], finished, _meta(meta, params) if finished else {})
+                yield StreamChunk(text[sent:], meta.get("finish_reason") is not None, meta)
                 sent = len(text)
 
     async def cache_prefix(self, prefix: str) -> dict[str, Any]:

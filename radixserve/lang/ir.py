@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixserve.lang.choices import ChoicesSamplingMethod
+from radixserve.lang.choices import ChoicesMethod
 
 
 class Expr:
@@ -57,7 +57,7 @@ class Select(Expr):
     name: str | None
     choices: Sequence[str]
     temperature: float
-    method: ChoicesSamplingMethod
+    method: ChoicesMethod
 
 
 @dataclass(frozen=True)

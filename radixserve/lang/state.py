@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 from radixserve.lang.executor import Executor, ProgramError, check_running, wait_future
 from radixserve.lang.ir import (
@@ -176,27 +176,74 @@ class ProgramState:
             if finished:
                 return
 
-    async def text_async_iter(self, var_name: str | None = None) -> AsyncIterator[str]:
-        """`text_iter` for async code, from any event loop."""
+    @overload
+    def text_async_iter(
+        self, var_name: str | None = None, return_meta_data: Literal[False] = False
+    ) -> AsyncIterator[str]: ...
+
+    @overload
+    def text_async_iter(
+        self, var_name: str, return_meta_data: Literal[True]
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
+
+    async def text_async_iter(
+        self, var_name: str | None = None, return_meta_data: bool = False
+    ) -> AsyncIterator[str | tuple[str, dict[str, Any]]]:
+        """`text_iter` for async code, from any event loop. With `return_meta_data` (SGLang's
+        argument; needs `var_name`) each piece comes as `(text, meta_info)`: for a streamed gen
+        the meta_info so far (completion_tokens, ...) whose `output_token_logprobs` (and
+        `output_top_logprobs`) are those of this piece's tokens, with
+        `output_token_logprobs_length` the count so far; otherwise the variable's meta_info."""
+        if return_meta_data and var_name is None:
+            raise ValueError("text_async_iter(return_meta_data=True) needs a variable name")
         ex = self._exec
         ev = asyncio.Event()
         ex.add_listener(asyncio.get_running_loop(), ev)
-        prev = 0
+        prev = sent_lps = 0
         try:
             while True:
                 ev.clear()
-                cur, finished = self._snapshot(var_name)
+                with ex.cv:  # the text and its meta_info in one snapshot
+                    cur, finished = self._snapshot(var_name)
+                    meta = self._meta_snapshot(var_name) if return_meta_data and var_name else None
                 if len(cur) > prev:
-                    yield cur[prev:]
-                    prev = len(cur)
+                    piece, prev = cur[prev:], len(cur)
+                    if meta is None:
+                        yield piece
+                    else:
+                        info, sent_lps = _piece_meta(*meta, sent_lps)
+                        yield piece, info
                 if finished:
                     return
                 await ev.wait()
         finally:
             ex.remove_listener(ev)
 
+    def _meta_snapshot(self, var: str) -> tuple[dict[str, Any], bool]:
+        """The variable's meta_info now, and whether it is a streamed gen's (cumulative)."""
+        ex = self._exec
+        if var in ex.stream_meta:
+            return dict(ex.stream_meta[var]), True
+        return dict(ex.meta.get(var) or {}), False
+
     def __aiter__(self) -> AsyncIterator[str]:
         return self.text_async_iter()
+
+
+_INCREMENTAL = ("output_token_logprobs", "output_top_logprobs")  # per piece, as SGLang streams them
+
+
+def _piece_meta(meta: dict[str, Any], streamed: bool, sent: int) -> tuple[dict[str, Any], int]:
+    """A streamed gen's cumulative meta_info cut to one piece: its logprobs are those after
+    the first `sent` tokens. Returns it and the new count sent."""
+    if not streamed or "output_token_logprobs" not in meta:
+        return meta, sent
+    total = len(meta["output_token_logprobs"])
+    for key in _INCREMENTAL:
+        if key in meta:
+            meta[key] = meta[key][sent:]
+    meta["output_token_logprobs_length"] = total
+    return meta, total
 
 
 class ProgramStateGroup:

@@ -106,7 +106,11 @@ def _process_any(sched: Scheduler, batch: Batch, result: StepResult, outputs: li
                 req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
         lp_j += n_lp
         if not batch.sample[i]:
-            if not req.finished and req.prefill_done and req.params.max_tokens == 0:
+            # A prompt-only request (max_tokens=0) ends with the step of its last part, not
+            # with `prefill_done`: in overlap mode its next chunk is built (kv_len advanced)
+            # before this one is processed, and that chunk's logprobs are still to come.
+            ends = batch.prefix_lens[i] + batch.extend_lens[i] >= req.num_known - 1
+            if not req.finished and ends and req.params.max_tokens == 0:
                 sched.finish(req, "length")
                 outputs.append(make_output(req, None, final=True))
             continue

@@ -90,6 +90,44 @@ def test_async_iteration_of_a_streaming_program(eng: Engine) -> None:
     assert out == text
 
 
+def test_async_stream_with_meta_data_as_sglang_yields_it(eng: Engine) -> None:
+    """text_async_iter(name, return_meta_data=True): (piece, meta_info) pairs whose logprobs
+    are the piece's tokens, with the running counts; they add up to the final meta_info."""
+
+    @sgl.function
+    def told(s: Any) -> None:
+        s += sgl.user("Describe the sea.")
+        s += sgl.assistant(sgl.gen("answer", max_tokens=12, return_logprob=True, top_logprobs_num=2))
+
+    async def main() -> tuple[list[tuple[str, dict[str, Any]]], Any]:
+        st = await told.arun(stream=True, temperature=0)
+        pairs = [pair async for pair in st.text_async_iter("answer", return_meta_data=True)]
+        await st.finished()
+        with pytest.raises(ValueError, match="needs a variable name"):
+            async for _ in st.text_async_iter(return_meta_data=True):
+                pass
+        return pairs, st
+
+    pairs, st = asyncio.run(main())
+    final = st.get_meta_info("answer")
+    assert len(pairs) > 1 and "".join(p for p, _ in pairs) == st["answer"]
+    sent = 0
+    for piece, meta in pairs:
+        assert piece and meta["completion_tokens"] == meta["output_token_logprobs_length"]
+        assert len(meta["output_token_logprobs"]) == meta["completion_tokens"] - sent
+        assert len(meta["output_top_logprobs"]) == len(meta["output_token_logprobs"])
+        sent = meta["completion_tokens"]
+    assert [lp for _, m in pairs for lp in m["output_token_logprobs"]] == final["output_token_logprobs"]
+    assert sent == final["completion_tokens"] == 12
+    # Without streaming the variable comes whole, with its meta_info.
+    plain = told.run(temperature=0)
+    assert asyncio.run(_collect(plain)) == [(st["answer"], plain.get_meta_info("answer"))]
+
+
+async def _collect(st: Any) -> list[Any]:
+    return [pair async for pair in st.text_async_iter("answer", return_meta_data=True)]
+
+
 def test_async_run_batch_with_progress(eng: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     async def main() -> list[Any]:
         return await qa.arun_batch([{"question": q} for q in QUESTIONS], temperature=0, progress_bar=True)

@@ -13,6 +13,7 @@ import pytest
 import radixserve.lang as sgl
 from radixserve.lang.backend import ChoiceLogprobs
 from radixserve.lang.chat_template import PLAIN, ChatTemplate, template_from_renderer, template_from_tokenizer
+from radixserve.lang.choices import decide
 from radixserve.lang.prefix import common_prefix
 
 
@@ -49,31 +50,32 @@ def test_templates_that_cannot_be_cut_fall_back_to_plain_labels() -> None:
     assert template_from_tokenizer(None) is PLAIN
 
 
-def scored(*rows: list[float], uncond: list[list[float]] | None = None) -> list[ChoiceLogprobs]:
-    return [
-        ChoiceLogprobs(
-            [(lp, i, None) for i, lp in enumerate(r)],
-            None if uncond is None else [(lp, i, None) for i, lp in enumerate(uncond[k])],
-        )
-        for k, r in enumerate(rows)
-    ]
+def toks(*rows: list[float]) -> list[list[tuple[float, int, str | None]]]:
+    return [[(lp, i, None) for i, lp in enumerate(r)] for r in rows]
 
 
 def test_choice_methods() -> None:
-    rows = scored([-1.0, -3.0], [-1.5], [-0.5, -9.0])
-    d = sgl.token_length_normalized(["a", "b", "c"], rows)
+    rows = toks([-1.0, -3.0], [-1.5], [-0.5, -9.0])
+    d = decide(sgl.token_length_normalized, ["a", "b", "c"], rows, None)
     assert d.decision == "b" and d.meta_info["normalized_prompt_logprobs"] == [-2.0, -1.5, -4.75]
     # Greedy: the best first token wins (c's -0.5), whatever comes after.
-    assert sgl.greedy_token_selection(["a", "b", "c"], rows).decision == "c"
+    assert decide(sgl.greedy_token_selection, ["a", "b", "c"], rows, None).decision == "c"
     # Ties at the first token go on to the second (b padded with its mean).
-    tie = scored([-1.0, -2.0], [-1.0])
-    assert sgl.greedy_token_selection(["a", "b"], tie).decision == "b"
+    tie = toks([-1.0, -2.0], [-1.0])
+    assert decide(sgl.greedy_token_selection, ["a", "b"], tie, None).decision == "b"
     # Unconditional: the choice the prompt helps most (mean of conditional - unconditional).
-    u = scored([-2.0, -2.0], [-1.0, -1.0], uncond=[[-5.0, -8.0], [-1.0, -1.0]])
-    d = sgl.unconditional_likelihood_normalized(["x", "y"], u)
+    u = toks([-2.0, -2.0], [-1.0, -1.0])
+    d = decide(sgl.unconditional_likelihood_normalized, ["x", "y"], u, toks([-5.0, -8.0], [-1.0, -1.0]))
     assert d.decision == "x" and d.meta_info["normalized_unconditional_prompt_logprobs"] == [4.5, 0.0]
-    with pytest.raises(ValueError):
-        sgl.unconditional_likelihood_normalized(["x"], scored([-1.0]))
+    with pytest.raises(ValueError, match="needs unconditional"):
+        decide(sgl.unconditional_likelihood_normalized, ["x"], toks([-1.0]), None)
+    with pytest.raises(ValueError, match="1 unconditional logprobs for 2 tokens"):
+        decide(sgl.unconditional_likelihood_normalized, ["x"], toks([-1.0, -2.0]), toks([0.0]))
+
+
+def test_select_refuses_what_is_not_a_choices_method() -> None:
+    with pytest.raises(TypeError, match="choices_method"):
+        sgl.select("x", ["a", "b"], choices_method=max)  # type: ignore[arg-type]
 
 
 def test_common_prefix_stops_at_the_first_call_and_at_arguments() -> None:
