@@ -43,6 +43,12 @@ BINARY_WHEELS=(
     # pydantic-core wants >=4.16, newer than the image may carry; it shadows
     # the image's copy only for programs that put the wheel folder first.
     "typing_extensions-*.whl typing-extensions==4.16.0"
+    # jsonschema checks tool definitions (radixserve.tools), imported with the engine.
+    "jsonschema-4.*.whl jsonschema==4.26.0"
+    "jsonschema_specifications-*.whl jsonschema-specifications==2025.9.1"
+    "referencing-*.whl referencing==0.37.0"
+    "rpds_py-*.whl rpds-py==2026.9.1"
+    "attrs-*.whl attrs==26.1.0"
 )
 for entry in "${BINARY_WHEELS[@]}"; do
     read -r glob req <<<"$entry"

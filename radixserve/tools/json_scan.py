@@ -63,8 +63,10 @@ class RawCall:
 
 
 def loads(text: str) -> object:
+    # strict=False: a raw control character inside a string (xgrammar's length-bounded string
+    # rule lets one through a constrained call) is read, and escaped again by `arguments_text`.
     try:
-        return json.loads(text)
+        return json.loads(text, strict=False)
     except (json.JSONDecodeError, RecursionError):
         return None
 

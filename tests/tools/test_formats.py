@@ -159,3 +159,15 @@ def test_deeply_nested_arguments_are_content_not_a_crash(name: str) -> None:
     text = parser.write_call(ToolCall("call_0", "a", '{"x": ' + deep + "}"))
     parsed = parser.parse(text)
     assert parsed.tool_calls == () and parsed.content == text
+
+
+def test_a_raw_control_character_in_a_string_is_read_and_escaped() -> None:
+    """xgrammar's length-bounded JSON string lets a raw control character through a constrained
+    call (seen on the H200 with random weights): the call still parses, and its arguments are
+    valid JSON text again."""
+    text = '<tool_call>\n{"name": "f", "arguments": {"city": "a\x05b",\t"days":3\r}}\n</tool_call>'
+    parsed = tool_parser("hermes").parse(text)
+    assert parsed.content == ""
+    assert [c.name for c in parsed.tool_calls] == ["f"]
+    assert json.loads(parsed.tool_calls[0].arguments) == {"city": "a\x05b", "days": 3}
+    assert "\x05" not in parsed.tool_calls[0].arguments
