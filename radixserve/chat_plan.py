@@ -10,7 +10,8 @@ One path for every entry point (`AsyncEngine.generate` / `complete` and the Open
 2. It constrains decoding with an xgrammar structural tag built from the tools
    (`ToolParser.structural_tag`): `tool_choice="required"` or a named function allows only
    calls whose arguments follow a strict tool's schema (any JSON object for a non-strict
-   one); "auto" leaves text free and constrains from a call's opening tag on; "none" means no
+   one); "auto" leaves text free and constrains from a call's opening tag on; OpenAI's
+   `{"type": "allowed_tools", ...}` is its mode over a subset of the tools; "none" means no
    constraint and no parsing (the tools are still in the prompt, as vLLM does). A request
    that already has a constraint (`json_schema`, ...) keeps it under "auto" and cannot use
    "required" or a named function.
@@ -101,13 +102,15 @@ def tool_use(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> ToolUse 
         if tool_choice not in TOOL_CHOICES:
             raise ValueError(f"tool_choice={tool_choice!r}: must be one of {TOOL_CHOICES} or a function")
         choice = tool_choice
+    elif isinstance(tool_choice, Mapping) and tool_choice.get("type") == "allowed_tools":
+        choice, specs = _allowed_tools(tool_choice.get("allowed_tools"), specs)
     elif isinstance(tool_choice, Mapping):
         fn = tool_choice.get("function")
         name = fn.get("name") if isinstance(fn, Mapping) else None
         if tool_choice.get("type") != "function" or not isinstance(name, str):
             raise ValueError(
                 f"tool_choice={_short(tool_choice)}: must be "
-                '{"type": "function", "function": {"name": ...}}'
+                '{"type": "function", "function": {"name": ...}} or {"type": "allowed_tools", ...}'
             )
         if name not in {s.name for s in specs}:
             raise ValueError(f"tool_choice.function.name={name!r}: not one of the tools")
@@ -115,6 +118,29 @@ def tool_use(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> ToolUse 
     else:
         raise ValueError(f"tool_choice={_short(tool_choice)}: must be a string or an object")
     return ToolUse(specs, choice, function, True if parallel_tool_calls is None else parallel_tool_calls)
+
+
+def _allowed_tools(allowed: Any, specs: tuple[FunctionSpec, ...]) -> tuple[str, tuple[FunctionSpec, ...]]:
+    """OpenAI's `{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}`: the mode ("auto" or
+    "required") over the named subset of the tools. All tools stay in the prompt (the caller keeps
+    its prompt cache); calls are constrained, and parsed, to the subset."""
+    field = "tool_choice.allowed_tools"
+    if not isinstance(allowed, Mapping) or allowed.get("mode") not in ("auto", "required"):
+        raise ValueError(f'{field}={_short(allowed)}: must be {{"mode": "auto"|"required", "tools": [...]}}')
+    listed = allowed.get("tools")
+    if not isinstance(listed, Sequence) or isinstance(listed, str) or not listed:
+        raise ValueError(f"{field}.tools={_short(listed)}: must be a non-empty list")
+    names: set[str] = set()
+    for i, t in enumerate(listed):
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not isinstance(t, Mapping) or t.get("type") != "function" or not isinstance(name, str):
+            shape = '{"type": "function", "function": {"name": ...}}'
+            raise ValueError(f"{field}.tools[{i}]={_short(t)}: must be {shape}")
+        if name not in {s.name for s in specs}:
+            raise ValueError(f"{field}.tools[{i}].function.name={name!r}: not one of the tools")
+        names.add(name)
+    return str(allowed["mode"]), tuple(s for s in specs if s.name in names)
 
 
 def _short(value: Any) -> str:
