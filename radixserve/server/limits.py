@@ -27,9 +27,11 @@ class ServerLimits:
     max_n: int = 64
     # Characters of one prompt (text, or the text of chat messages), checked before tokenizing.
     max_prompt_chars: int = 1 << 20
-    # Nesting of a JSON body (objects and arrays). Real requests, JSON schemas in
-    # `response_format` included, nest far less; 10,000-deep bodies are an attack.
-    max_json_depth: int = 128
+    # Nesting of a JSON body (objects and arrays). Real requests nest far less; 10,000-deep
+    # bodies are an attack. Above the grammar layer's schema depth (GrammarLimits.max_depth,
+    # 128) plus a request's own levels, so a too-deep schema gets that limit's message; the
+    # body parser's own ceiling is about 200.
+    max_json_depth: int = 160
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_queued_requests", "max_n", "max_prompt_chars", "max_json_depth"):

@@ -98,7 +98,7 @@ def test_malformed_chat_messages(http: httpx.Client, messages: Any, param: str) 
         ({"logit_bias": {"999999999": 1}}, 400, "logit_bias"),
         ({"top_logprobs": 3}, 400, "top_logprobs"),
         ({"model": "gpt-4o"}, 404, "model"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, 400, "tools"),
         ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
     ],
 )
