@@ -97,6 +97,8 @@ class _Sampling(_Body):
     repetition_penalty: float | None = None
     min_tokens: int | None = None
     ignore_eos: bool | None = None
+    regex: str | None = None  # structured output as SGLang's OpenAI routes take it
+    ebnf: str | None = None
 
     def base_params(self, max_tokens: int, logprobs: bool, top: int, limit_n: int) -> dict[str, Any]:
         if self.n > limit_n:
@@ -117,7 +119,7 @@ class _Sampling(_Body):
             top_logprobs=top,
             logit_bias=bias,
         )
-        extensions = ("top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+        extensions = ("top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "regex", "ebnf")
         for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", *extensions):
             if getattr(self, name) is not None:
                 kw[name] = getattr(self, name)
