@@ -77,6 +77,8 @@ def create_app(config: EngineConfig | None = None) -> FastAPI:
 
     app = FastAPI(title="radixserve SSE example", lifespan=lifespan)
     app.state.engine = engine
+    # The mounted app answers only the Host names it is told (loopback ones by default):
+    # add the names your service is reached by, e.g. allowed_hosts=["localhost", "api.example.com"].
     app.mount("/llm", create_llm_app(engine))
 
     @app.post("/generate")

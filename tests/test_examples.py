@@ -52,7 +52,7 @@ async def _fastapi_checks(example: ModuleType) -> None:
     async with app.router.lifespan_context(app):  # httpx's ASGITransport does not run the lifespan
         engine = app.state.engine
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             messages = [{"role": "user", "content": "Name a color."}]
             req = {"prompt": messages, "max_tokens": 12, "temperature": 0}
             sse = await client.post("/generate", json=req)

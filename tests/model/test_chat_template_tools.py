@@ -200,8 +200,9 @@ BAD: list[tuple[list[Any], Any, Any, str]] = [
      "tools[0].function.parameters"),
     ([USER], [WEATHER, {"type": "function"}], None, "tools[1].function"),
     ([USER], [WEATHER, {"type": "retrieval", "function": {"name": "r"}}], None, "tools[1].type"),
-    ([USER], [{"function": {"name": ""}}], None, "tools[0].function.name"),
-    ([USER], "get_weather", None, "tools="),
+    ([USER], [{"function": {"name": "f"}}], None, "tools[0].type"),  # OpenAI's tools name their type
+    ([USER], [{"type": "function", "function": {"name": ""}}], None, "tools[0].function.name"),
+    ([USER], "get_weather", None, "tools: must be a list"),
     ([USER], None, {"tools": []}, "chat_template_kwargs.tools"),
     ([USER], None, {"add_generation_prompt": False}, "chat_template_kwargs.add_generation_prompt"),
     ([USER], None, {"enable_thinking": object()}, "chat_template_kwargs.enable_thinking"),
