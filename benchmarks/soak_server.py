@@ -302,6 +302,8 @@ async def soak(
             "peak": round(max(resident), 1),
             "end": round(resident[-1], 1),
             "quarter": round(resident[len(resident) // 4], 1),
+            "half": round(resident[len(resident) // 2], 1),
+            "three_quarters": round(resident[3 * len(resident) // 4], 1),
         },
     }
 
@@ -322,7 +324,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "soak_server.json"))
     args = ap.parse_args()
     env = environment()
-    limits = ServerLimits(max_body_bytes=64 * 1024)
+    limits = ServerLimits(max_body_bytes=256 * 1024)  # room for the 4,000-value enums
     engine = AsyncEngine(EngineConfig(model=MODEL, device=args.device))
     with ServerThread(engine, api_key="soak", limits=limits) as server:
         report = asyncio.run(
@@ -336,7 +338,9 @@ def main() -> int:
                     break
                 await asyncio.sleep(0.05)
             await engine.check_integrity()
-            return {**s, "gate_in_flight": server.app.state.gate.in_flight}
+            cache = engine.grammar_cache
+            grammars = {"grammars": len(cache), "grammar_mb": round(cache.bytes / 2**20, 1)} if cache else {}
+            return {**s, "gate_in_flight": server.app.state.gate.in_flight, **grammars}
 
         report["after"] = server.call(settle)
     rows = [(k, report["ok"].get(k, 0), report["failed"].get(k, 0)) for k, _ in KINDS]
