@@ -63,8 +63,11 @@ class RawCall:
 
 
 def loads(text: str) -> object:
+    """JSON text -> its value, None when it is not JSON. Raw control characters inside strings
+    are read (`strict=False`): a structural tag's length-bounded strings let a model write
+    them (xgrammar), and the call's arguments are written back escaped."""
     try:
-        return json.loads(text)
+        return json.loads(text, strict=False)
     except (json.JSONDecodeError, RecursionError):
         return None
 

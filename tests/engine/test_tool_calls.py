@@ -217,6 +217,24 @@ def test_a_tool_result_gets_an_answer(engine: Engine) -> None:
     assert answer.usage.prompt_tokens == len(engine.tokenizer.encode(shown, add_special_tokens=False))
 
 
+def test_a_forced_call_with_raw_control_characters_is_a_call(engine: Engine) -> None:
+    """xgrammar lets a length-bounded string of a structural tag hold raw control characters;
+    a forced call that has them is still a call (here a bias makes the model write tabs)."""
+    note = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "maxLength": 10}},
+        "required": ["text"],
+    }
+    tool = {"type": "function", "function": {"name": "note", "parameters": note}}
+    (tab,) = engine.tokenizer.encode("\t", add_special_tokens=False)
+    params = SamplingParams(temperature=0.0, max_tokens=48, logit_bias={tab: 30.0})
+    out = engine.complete(ASK, params, tools=[tool], tool_choice="required", parallel_tool_calls=False)
+    assert "\t" in engine.tokenizer.decode(list(out.token_ids))
+    assert out.finish_reason == "tool_calls" and out.text == "", out.text
+    assert json.loads(out.tool_calls[0].arguments) == {"text": "\t" * 10}
+    assert schema_errors(out.tool_calls[0].arguments, note) == []
+
+
 BAD_SCHEMA = {
     "type": "function",
     "function": {"name": "f", "parameters": {"type": "object", "properties": 3}},
