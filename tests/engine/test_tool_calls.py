@@ -255,6 +255,11 @@ ORPHAN = [*ASK, {"role": "tool", "tool_call_id": "call_missing", "content": "18 
         ("What is the weather in Paris?", dict(tools=[WEATHER]), "tools"),
         (ORPHAN, dict(tools=[WEATHER]), "messages[1].tool_call_id"),
         (ASK, dict(tools=[WEATHER], parallel_tool_calls="yes"), "parallel_tool_calls"),
+        (
+            ASK,
+            dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
+            "tools[0].function.parameters.type",
+        ),
     ],
     ids=[
         "unknown-name",
@@ -263,6 +268,7 @@ ORPHAN = [*ASK, {"role": "tool", "tool_call_id": "call_missing", "content": "18 
         "text-prompt",
         "orphan-result",
         "parallel",
+        "non-object",
     ],
 )
 def test_wrong_requests_name_the_field(engine: Engine, prompt: Any, kw: dict[str, Any], field: str) -> None:
