@@ -1,6 +1,6 @@
 """What tool calls cost: a constrained call against plain JSON-schema decoding, and the parser.
 
-    python benchmarks/tool_calls.py [--tools 12] [--max-tokens 96] [--repeats 2] [--out PATH]
+    python benchmarks/tool_calls.py [--tools 12] [--max-tokens 128] [--repeats 2] [--out PATH]
     python benchmarks/tool_calls.py --quick        # a smoke run (1 tool, 8 tokens)
 
 (a) decode: for N object schemas of JSONSchemaBench (../shared/data/jsonschemabench), one prompt
@@ -9,8 +9,11 @@
     `parallel_tool_calls=False`, which an xgrammar structural tag constrains and the parser
     reads) against the same prompt decoding the arguments under `json_schema`. Greedy, one
     request at a time after a warm-up that puts the prompt in the radix cache, the two sides
-    interleaved; time per output token (wall / output tokens over all requests). The structural
-    tag writes the call's markup too, so its outputs are a little longer: the figure is per token.
+    interleaved; time per output token (wall / output tokens over all requests) and per sampled
+    token (output tokens less the jump-forward ones, which cost no pass of their own). The call's
+    markup is forced text, jump-forwarded: per output token the call looks cheaper than it is,
+    and per sampled token is the fair figure of the constraint's cost. Use --max-tokens large
+    enough for the arguments to dominate.
 (b) parser: a long output (text, then calls with large arguments, written by each format) fed
     to the format's `ToolStream` one token's text at a time: microseconds per token.
 
@@ -59,7 +62,7 @@ async def decode_ab(
     from radixserve.prompts import render_chat
 
     sides: dict[str, dict[str, float]] = {
-        s: {"wall_s": 0.0, "tokens": 0, "requests": 0} for s in ("tool", "json")
+        s: {"wall_s": 0.0, "tokens": 0, "sampled": 0, "requests": 0} for s in ("tool", "json")
     }
     finished = {"tool": 0, "json": 0}
     async with AsyncEngine(EngineConfig(model=MODEL, device=device, dtype="float32")) as engine:
@@ -84,13 +87,21 @@ async def decode_ab(
                     out = await engine.complete(prompt, params, **kw)
                     sides[side]["wall_s"] += time.perf_counter() - t0
                     sides[side]["tokens"] += len(out.token_ids)
+                    sides[side]["sampled"] += len(out.token_ids) - out.usage.jump_forward_tokens
                     sides[side]["requests"] += 1
                     finished[side] += out.finish_reason in ("stop", "tool_calls")
     fig: dict[str, Any] = {}
     for side, s in sides.items():
-        per = s["wall_s"] / max(1, s["tokens"])
-        fig[side] = {**s, "ms_per_token": 1e3 * per, "finished": finished[side]}
+        fig[side] = {
+            **s,
+            "ms_per_token": 1e3 * s["wall_s"] / max(1, s["tokens"]),
+            "ms_per_sampled_token": 1e3 * s["wall_s"] / max(1, s["sampled"]),
+            "finished": finished[side],
+        }
     fig["ratio_tool_over_json"] = fig["tool"]["ms_per_token"] / fig["json"]["ms_per_token"]
+    fig["ratio_sampled_tool_over_json"] = (
+        fig["tool"]["ms_per_sampled_token"] / fig["json"]["ms_per_sampled_token"]
+    )
     return fig
 
 
@@ -130,7 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS)
     ap.add_argument("--tools", type=int, default=12)
-    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--calls", type=int, default=8, help="calls in the parser's long output")
@@ -149,15 +160,32 @@ def main() -> None:
     torch.set_num_threads(1)  # the engine's tests' setting: steady figures on a busy machine
     tools = pick_tools(args.schemas, args.tools)
     dec = asyncio.run(decode_ab(tools, args.max_tokens, args.repeats, args.device))
-    heads = ["decode", "requests", "finished", "tokens", "wall s", "ms/token"]
+    heads = ["decode", "requests", "finished", "tokens", "sampled", "wall s", "ms/token", "ms/sampled token"]
     print_table(
         heads,
         [
-            [s, *(dec[s][k] for k in ("requests", "finished", "tokens", "wall_s", "ms_per_token"))]
+            [
+                s,
+                *(
+                    dec[s][k]
+                    for k in (
+                        "requests",
+                        "finished",
+                        "tokens",
+                        "sampled",
+                        "wall_s",
+                        "ms_per_token",
+                        "ms_per_sampled_token",
+                    )
+                ),
+            ]
             for s in ("tool", "json")
         ],
     )
-    print(f"tool call / json_schema time per token: {dec['ratio_tool_over_json']:.3f} (target <= 1.05)")
+    print(
+        f"tool call / json_schema time per token: {dec['ratio_tool_over_json']:.3f}, per sampled token "
+        f"(jump-forward tokens left out): {dec['ratio_sampled_tool_over_json']:.3f} (target <= 1.05)"
+    )
     par = parser_cost(AutoTokenizer.from_pretrained(embedded_model_dir()), args.calls, args.arg_chars, 3)
     print_table(
         ["parser", "tokens", "calls", "us/token"],
