@@ -92,6 +92,26 @@ def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
     assert "| W2-cpu" in proc.stdout  # the table is printed
 
 
+def test_tool_calls_quick_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "tool_calls.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "tool_calls.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    decode, parser = (r["figures"] for r in json.loads(out.read_text())["results"])
+    for side in ("tool", "json"):
+        assert (
+            decode[side]["requests"] == 2 and decode[side]["tokens"] > 0 and decode[side]["ms_per_token"] > 0
+        )
+    assert decode["ratio_tool_over_json"] > 0
+    assert set(parser) == {"hermes", "llama3", "mistral"}
+    assert all(f["calls"] == 2 and f["us_per_token"] > 0 for f in parser.values())
+    assert "tool call / json_schema time per token" in proc.stdout
+
+
 def _positive(fig: dict[str, Any]) -> None:
     assert fig["seconds"] > 0 and fig["tok_s"] > 0 and fig["output_tokens"] > 0
 

@@ -63,8 +63,9 @@ class RawCall:
 
 
 def loads(text: str) -> object:
-    # strict=False: a raw control character inside a string (xgrammar's length-bounded string
-    # rule lets one through a constrained call) is read, and escaped again by `arguments_text`.
+    """JSON text -> its value, None when it is not JSON. Raw control characters inside strings
+    are read (`strict=False`): a structural tag's length-bounded strings let a model write
+    them (xgrammar), and the call's arguments are written back escaped."""
     try:
         return json.loads(text, strict=False)
     except (json.JSONDecodeError, RecursionError):

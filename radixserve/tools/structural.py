@@ -43,7 +43,11 @@ class CallShape:
 
 
 def arguments_format(spec: FunctionSpec, follow_schema: bool) -> Fmt:
-    schema: dict[str, object] = prepare(dict(spec.parameters)) if follow_schema else {"type": "object"}
+    # A schema without a type describes the arguments object all the same (`function_spec`
+    # refuses other types): without the type, xgrammar would let a forced call write any value.
+    schema: dict[str, object] = (
+        prepare({"type": "object", **spec.parameters}) if follow_schema else {"type": "object"}
+    )
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
 
 

@@ -120,6 +120,12 @@ def function_spec(tool: object, where: str = "tool") -> FunctionSpec:
     except jsonschema.SchemaError as e:
         path = "".join(f"[{p!r}]" for p in e.path)
         raise ValueError(f"{where}.parameters{path}: not a valid JSON schema ({e.message})") from None
+    kind = parameters.get("type", "object")
+    _require(  # OpenAI's rule: a call's arguments are an object
+        kind == "object",
+        f"{where}.parameters.type",
+        f"must be 'object' (a call's arguments are an object), not {kind!r}",
+    )
     return FunctionSpec(name, description, dict(parameters), strict)
 
 

@@ -35,6 +35,12 @@ CASES = [
         [("a", "{}"), ("b", "{}")],
     ),
     (
+        "hermes",  # raw control characters in strings (a bounded string of a structural tag allows them)
+        '<tool_call>\n{"name": "a", "arguments": {\t"k"\t:\t"x\ty"}}\n</tool_call>',
+        "",
+        [("a", '{"k": "x\\ty"}')],
+    ),
+    (
         "hermes",  # arguments written as a JSON string
         '<tool_call>{"name": "a", "arguments": "{\\"k\\": \\"v\\"}"}</tool_call>',
         "",

@@ -105,3 +105,17 @@ def test_mode_arguments_checked() -> None:
     with pytest.raises(ValueError, match="at least one function"):
         p.structural_tag((), "auto")
     assert FunctionSpec("x").parameters == {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_forced_arguments_of_an_untyped_schema_are_an_object(
+    name: str, backend: XGrammarBackend, tokenizer: Any
+) -> None:
+    """Parameters without a `type` still describe an object: a forced call cannot write an array
+    (which the parser would not read as a call)."""
+    p = tool_parser(name)
+    for parameters in ({"description": "anything"}, {"properties": {"a": {"type": "integer"}}}):
+        untyped = function_specs([{"type": "function", "function": {"name": "f", "parameters": parameters}}])
+        named = p.structural_tag(untyped, "named", parallel=False, function="f")
+        assert accepts(backend, tokenizer, named, p.write_call(ToolCall("call_5", "f", '{"a": 1}')))
+        assert not accepts(backend, tokenizer, named, p.write_call(ToolCall("call_6", "f", "[1]")))

@@ -22,7 +22,10 @@ WEATHER = {
 def test_tools_list_to_specs() -> None:
     specs = function_specs([WEATHER, {"type": "function", "function": {"name": "now"}}])
     assert specs[0] == FunctionSpec(
-        "get_weather", "Weather of a city", WEATHER["function"]["parameters"], True  # type: ignore[index]
+        "get_weather",
+        "Weather of a city",
+        WEATHER["function"]["parameters"],
+        True,  # type: ignore[index]
     )
     assert specs[1].name == "now" and not specs[1].strict and specs[1].description == ""
     assert specs[1].parameters == {"type": "object", "properties": {}}
@@ -55,6 +58,9 @@ def fn(**fields: object) -> dict[str, object]:
             "tools[0].function.parameters['properties']['a']['minLength']: not a valid JSON schema",
         ),
         ([fn(params={})], "tools[0].function: unknown field(s) ['params']"),
+        # arguments are an object (OpenAI's rule): a forced call of another type could not be read
+        ([fn(parameters={"type": "string"})], "tools[0].function.parameters.type: must be 'object'"),
+        ([fn(parameters={"type": ["array", "null"]})], "tools[0].function.parameters.type: must be 'object'"),
     ],
 )
 def test_errors_name_the_field(tools: object, where: str) -> None:
