@@ -34,11 +34,7 @@ def canonical_json_schema(value: Any) -> str:
     if isinstance(value, type) and hasattr(value, "model_json_schema"):
         value = value.model_json_schema()  # pydantic v2 BaseModel class
     elif isinstance(value, str):
-        limits.check_schema_text(value)  # size and nesting before the (recursive) parser
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"not valid JSON ({e})") from None
+        value = _parsed(value)
     if isinstance(value, bool):  # JSON Schema allows `true` (anything) and `false` (nothing)
         raise ValueError("a boolean schema does not describe an output; use an object schema")
     if not isinstance(value, dict):
@@ -46,26 +42,30 @@ def canonical_json_schema(value: Any) -> str:
             f"must be a JSON object (a str of JSON, a dict, or a pydantic model class), "
             f"got {type(value).__name__}"
         )
-    limits.check_schema(value)  # nesting (before the recursive json.dumps), enums, patterns
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"is not serializable as JSON ({e})") from None
-    limits.check_schema_text(text)
-    return text
+    return _checked_text(value)
 
 
 def canonical_structural_tag(value: Any) -> str:
     """xgrammar's structural tag (`{"type": "structural_tag", "format": {...}}`, a dict or its
     JSON text) -> compact JSON text; its content is checked by the compile."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"not valid JSON ({e})") from None
+        value = _parsed(value)
     if not isinstance(value, dict) or value.get("type") != "structural_tag":
         raise ValueError('must be an object {"type": "structural_tag", "format": {...}}')
-    limits.check_schema(value)  # the schemas inside: nesting, enums, patterns
+    return _checked_text(value)
+
+
+def _parsed(text: str) -> Any:
+    limits.check_schema_text(text)  # size and nesting before the (recursive) parser
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+
+
+def _checked_text(value: dict[str, Any]) -> str:
+    """Compact JSON text of a schema-like object within the limits (the schemas inside too)."""
+    limits.check_schema(value)  # nesting (before the recursive json.dumps), enums, patterns
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:

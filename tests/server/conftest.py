@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,3 +52,21 @@ def settled(live: ServerThread) -> dict[str, Any]:
         return await engine.stats()
 
     return live.call(check)
+
+
+def start_serve(api_key: str) -> tuple[subprocess.Popen[str], str]:
+    """`radixserve serve` in its own process on a free port, as a user starts it; returns the
+    process (its stderr still open) and its URL once it says it is ready."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "radixserve", "serve", "--port", "0", "--device", "cpu"]
+    cmd += ["--api-key", api_key]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=root)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the ready line, after the model loaded
+        m = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    proc.wait()
+    raise AssertionError("the server never said it was ready")

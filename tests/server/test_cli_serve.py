@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
 
-from .conftest import MODEL
-
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import MODEL, start_serve
 
 
 def test_serve_streams_then_stops_cleanly_on_sigint() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "radixserve", "serve", "--port", "0", "--api-key", "k", "--device", "cpu"]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc, url = start_serve("k")
     try:
         assert proc.stderr is not None
-        url = None
-        for line in proc.stderr:  # the ready line, after the model loaded
-            m = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
-            if m:
-                url = m.group(1)
-                break
-        assert url, "the server never said it was ready"
         headers = {"authorization": "Bearer k"}
         assert httpx.get(f"{url}/v1/models", headers=headers).json()["data"][0]["id"] == MODEL
         assert httpx.get(f"{url}/v1/models").status_code == 401

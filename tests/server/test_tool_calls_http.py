@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -20,9 +17,8 @@ import pytest
 from radixserve.blocking import Engine
 from radixserve.server import inprocess_async_openai
 
-from .conftest import MODEL
+from .conftest import MODEL, start_serve
 
-ROOT = Path(__file__).resolve().parents[2]
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -187,18 +183,8 @@ def test_bad_tools_are_400s_naming_the_field(
 
 def test_tool_loop_against_radixserve_serve() -> None:
     """The real thing: `radixserve serve` in its own process, the sync and async clients."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "radixserve", "serve", "--port", "0", "--api-key", "k", "--device", "cpu"]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc, url = start_serve("k")
     try:
-        assert proc.stderr is not None
-        url = None
-        for line in proc.stderr:
-            m = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
-            if m:
-                url = m.group(1)
-                break
-        assert url, "the server never said it was ready"
         sync_loop(openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=120), MODEL)
 
         async def body() -> None:
