@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -88,3 +89,33 @@ def test_async_engine_under_anyio_on_uvloop(anyio_engine: AnyioEngine) -> None:
     loop_module, text = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
     assert loop_module.startswith("uvloop")
     assert text == anyio.run(anyio_engine.complete, CHAT, GREEDY, backend="trio").text
+
+
+def test_anyio_engine_tool_calls_under_trio(anyio_engine: AnyioEngine) -> None:
+    """Tool calls pass through AnyioEngine: a forced call, whole and streamed, from trio."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    kw: dict[str, Any] = {"tools": tools, "tool_choice": "required", "parallel_tool_calls": False}
+    params = SamplingParams(temperature=0, max_tokens=48)
+
+    async def main() -> tuple[RequestOutput, list[RequestOutput]]:
+        whole = await anyio_engine.complete(CHAT, params, **kw)
+        parts = [o async for o in anyio_engine.generate(CHAT, params, **kw)]
+        return whole, parts
+
+    whole, parts = anyio.run(main, backend="trio")
+    assert whole.finish_reason == "tool_calls" and [c.name for c in whole.tool_calls] == ["get_weather"]
+    assert "city" in json.loads(whole.tool_calls[0].arguments)
+    assert parts[-1].tool_calls[0].arguments == whole.tool_calls[0].arguments
+    assert "".join(d.arguments for o in parts for d in o.delta_tool_calls) == whole.tool_calls[0].arguments
