@@ -4,6 +4,7 @@ server, lang, constrained)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +19,10 @@ def _one_torch_thread() -> Iterator[None]:
     """The tests run many small forwards (the engine's worker and transformers' references in one
     process); with several OpenMP threads on a busy 2-core machine each tiny op waits for a
     descheduled thread (measured 15x slower per decode step in tests/model). One thread keeps
-    the run time predictable; both sides of every comparison run under it. Restored afterwards."""
+    the run time predictable; both sides of every comparison run under it. Restored afterwards.
+    RADIXSERVE_TEST_THREADS=N gives a long opt-in run (the full forced-call run) N threads."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("RADIXSERVE_TEST_THREADS", "1")))
     yield
     torch.set_num_threads(before)
 
