@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import re
 import sys
@@ -314,7 +313,7 @@ async def jump_forward_run(args: argparse.Namespace, rows: list[dict[str, Any]])
         async with AsyncEngine(cfg) as engine:
             if mode == "overlap-no-hold":
                 assert engine.scheduler is not None
-                engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, hold_for_jumps=False)
+                engine.scheduler.running.hold_for_jumps = False
             ok, _ = await compile_all(engine, rows)
             fixed = [r for r in ok if fixed_keys(r["schema"])][: args.jf_limit]
             fig[mode] = await jump_forward_ab(engine, fixed, args.max_tokens)

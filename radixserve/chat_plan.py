@@ -15,11 +15,12 @@ One path for every entry point (`AsyncEngine.generate` / `complete` and the Open
    constraint and no parsing (the tools are still in the prompt, as vLLM does). A request
    that already has a constraint (`json_schema`, ...) keeps it under "auto" and cannot use
    "required" or a named function.
-3. `ChatPlan.rewriter()` turns each completion's outputs into content, tool calls and
-   reasoning as they stream (`ChatRewriter`): `text` / `delta_text` become the content with
-   the markup removed, `tool_calls` the complete calls, `delta_tool_calls` their OpenAI-shaped
-   pieces, `reasoning_text` the `<think>` block; a completion that stopped after calls ends
-   with finish_reason "tool_calls". A malformed call under "auto" stays content.
+3. `ChatPlan.rewriter()` (radixserve/chat_output.py) turns each completion's outputs into
+   content, tool calls and reasoning as they stream (`ChatRewriter`): `text` / `delta_text`
+   become the content with the markup removed, `tool_calls` the complete calls,
+   `delta_tool_calls` their OpenAI-shaped pieces, `reasoning_text` the `<think>` block; a
+   completion that stopped after calls ends with finish_reason "tool_calls". A malformed call
+   under "auto" stays content.
 """
 
 from __future__ import annotations
@@ -28,19 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from radixserve.outputs import RequestOutput, rewritten
-from radixserve.prompts import render_chat, template_source
+from radixserve.chat_output import ChatRewriter
+from radixserve.prompts import JsonObject, Prompt, encode_text, is_chat, render_chat, template_source
 from radixserve.sampling_params import SamplingParams
 from radixserve.tools import (
     FunctionSpec,
     Mode,
     ReasoningParser,
-    ReasoningSplit,
-    ReasoningStream,
-    TextDelta,
-    ToolCall,
     ToolParser,
-    ToolStream,
     detect_tool_parser,
     function_specs,
     reasoning_parser,
@@ -62,7 +58,7 @@ class ChatParsers:
 
     @staticmethod
     def resolve(tool: str | None, reasoning: str | None, tokenizer: Any) -> ChatParsers:
-        """"auto" reads the chat template: its tool-call markup (the default tool prompt's Hermes
+        """ "auto" reads the chat template: its tool-call markup (the default tool prompt's Hermes
         format when it has none) and whether it writes `<think>` blocks."""
         source = template_source(tokenizer) or ""
         if tool is None or tool == "auto":
@@ -216,68 +212,46 @@ def _markup_is_special(tokenizer: Any, parser: ToolParser) -> bool:
     return False
 
 
-class _Completion:
-    """The parse state of one completion."""
+@dataclass(frozen=True)
+class ChatOptions:
+    """The chat options of `AsyncEngine.generate` / `complete` (OpenAI's shapes, checked by
+    `plan_chat`)."""
 
-    def __init__(self, tool: ToolParser | None, reasoning: ReasoningParser | None) -> None:
-        self.tools: ToolStream | None = tool.stream() if tool is not None else None
-        self.reasoning: ReasoningStream | None = reasoning.stream() if reasoning is not None else None
-        self.read = 0  # characters of the output's text parsed so far
-        self.content = ""
-        self.reasoning_text = ""
-        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+    tools: Sequence[JsonObject] | None = None
+    tool_choice: str | JsonObject | None = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: JsonObject | None = None
 
-    def step(self, piece: str, final: bool) -> tuple[str, TextDelta]:
-        split = self.reasoning.feed(piece) if self.reasoning is not None else ReasoningSplit("", piece)
-        reasoning, content = split.reasoning, split.content
-        if final and self.reasoning is not None:
-            end = self.reasoning.finish()
-            reasoning, content = reasoning + end.reasoning, content + end.content
-        if self.tools is None:
-            return reasoning, TextDelta(content)
-        delta = self.tools.feed(content)
-        if final:
-            end_delta = self.tools.finish()
-            delta = TextDelta(delta.content + end_delta.content, delta.tool_calls + end_delta.tool_calls)
-        return reasoning, delta
-
-
-class ChatRewriter:
-    """Rewrites a request's outputs (any of its n completions, in order) as content, tool calls
-    and reasoning. Works on streamed outputs and on `complete`'s final ones alike: each output
-    is read from its cumulative `text`."""
-
-    def __init__(self, tool: ToolParser | None, reasoning: ReasoningParser | None) -> None:
-        self._tool = tool
-        self._reasoning = reasoning
-        self._completions: dict[int, _Completion] = {}
-
-    def __call__(self, out: RequestOutput) -> RequestOutput:
-        c = self._completions.get(out.index)
-        if c is None:
-            c = self._completions[out.index] = _Completion(self._tool, self._reasoning)
-        piece, c.read = out.text[c.read :], len(out.text)
-        reasoning, delta = c.step(piece, out.finished)
-        c.content += delta.content
-        c.reasoning_text += reasoning
-        for d in delta.tool_calls:
-            call = c.calls.setdefault(d.index, ["", "", ""])
-            call[0] = d.id if d.id is not None else call[0]
-            call[1] = d.name if d.name is not None else call[1]
-            call[2] += d.arguments
-        calls = tuple(ToolCall(i, n, a) for i, n, a in (c.calls[k] for k in sorted(c.calls)))
-        reason = out.finish_reason
-        if out.finished and calls and reason == "stop":
-            reason = "tool_calls"
-        if out.finished:
-            del self._completions[out.index]
-        return rewritten(
-            out,
-            text=c.content,
-            delta_text=delta.content,
-            tool_calls=calls,
-            delta_tool_calls=delta.tool_calls,
-            reasoning_text=c.reasoning_text if self._reasoning is not None else None,
-            delta_reasoning_text=reasoning,
-            finish_reason=reason,
+    @property
+    def given(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.tools, self.tool_choice, self.parallel_tool_calls, self.chat_template_kwargs)
         )
+
+
+def prepare_chat(
+    tokenizer: Any, parsers: ChatParsers | None, prompt: Prompt, params: SamplingParams, options: ChatOptions
+) -> tuple[Prompt, SamplingParams, ChatRewriter | None]:
+    """A chat prompt rendered with its tools as ids (and `params` constrained for calls), and how
+    its outputs are parsed; other prompts unchanged. `parsers` None: a model without tokenizer."""
+    if not is_chat(prompt) or parsers is None:
+        if options.given:
+            raise ValueError(
+                "tools, tool_choice, parallel_tool_calls and chat_template_kwargs apply to "
+                "chat messages (a list of dicts), not to text or token ids"
+            )
+        return prompt, params, None
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    plan = plan_chat(
+        tokenizer,
+        parsers,
+        list(prompt),
+        tools=options.tools,
+        tool_choice=options.tool_choice,
+        parallel_tool_calls=options.parallel_tool_calls,
+        chat_template_kwargs=options.chat_template_kwargs,
+    )
+    ids = encode_text(tokenizer, plan.prompt, add_special_tokens=False)
+    return ids, plan.constrain(params), plan.rewriter()

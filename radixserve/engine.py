@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.chat_plan import ChatParsers, ChatRewriter, plan_chat
+from radixserve.chat_output import ChatRewriter
+from radixserve.chat_plan import ChatOptions, ChatParsers, prepare_chat
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
@@ -35,9 +36,9 @@ from radixserve.engine_build import build_parts
 from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError, EngineStalledError
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import Prompt, encode_text, is_chat
+from radixserve.prompts import JsonObject, Prompt, is_chat
 from radixserve.sampling_params import SamplingParams
-from radixserve.sched import maintenance
+from radixserve.sched.messages import AbortRequest, AddRequests, CheckIntegrity, FlushCache, ReadStats, Reply
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
@@ -47,6 +48,7 @@ from radixserve.watchdog import Watchdog
 
 
 class AsyncEngine:
+    # overrides: EngineConfig's fields, each of its own type (checked by EngineConfig itself)
     def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
         self.config = (
             replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
@@ -169,7 +171,7 @@ class AsyncEngine:
         return self._parsers
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Any:  # transformers' tokenizer (untyped) or TextTokenizer, as loaded
         return self.loaded.tokenizer if self.loaded else None
 
     # ---- requests ------------------------------------------------------------------------
@@ -181,10 +183,10 @@ class AsyncEngine:
         *,
         request_id: str | None = None,
         extra_key: str | None = None,
-        tools: Sequence[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
+        tools: Sequence[JsonObject] | None = None,
+        tool_choice: str | JsonObject | None = None,
         parallel_tool_calls: bool | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template_kwargs: JsonObject | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream outputs of one request (n completions interleaved, told apart by `index`).
 
@@ -199,9 +201,8 @@ class AsyncEngine:
         right away, unless the caller still holds a reference to it).
         """
         params = params or SamplingParams()
-        prompt, params, rewrite = self._chat(
-            prompt, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs
-        )
+        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        prompt, params, rewrite = self._chat(prompt, params, options)
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
@@ -230,10 +231,10 @@ class AsyncEngine:
         *,
         request_id: str | None = None,
         extra_key: str | None = None,
-        tools: Sequence[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
+        tools: Sequence[JsonObject] | None = None,
+        tool_choice: str | JsonObject | None = None,
         parallel_tool_calls: bool | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template_kwargs: JsonObject | None = None,
     ) -> RequestOutput | list[RequestOutput]:
         """The final output (a list of n outputs, by index, when `params.n > 1`); the chat
         options are `generate`'s.
@@ -242,9 +243,8 @@ class AsyncEngine:
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         params = params or SamplingParams()
-        prompt, params, rewrite = self._chat(
-            prompt, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs
-        )
+        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        prompt, params, rewrite = self._chat(prompt, params, options)
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
@@ -275,84 +275,60 @@ class AsyncEngine:
         return await complete_many(self.complete, prompts, params, progress)
 
     def _chat(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        tools: Any,
-        tool_choice: Any,
-        parallel_tool_calls: Any,
-        chat_template_kwargs: Any,
+        self, prompt: Prompt, params: SamplingParams, options: ChatOptions
     ) -> tuple[Prompt, SamplingParams, ChatRewriter | None]:
-        """A chat prompt rendered with its tools (and `params` constrained for calls), and how
-        its outputs are parsed; other prompts unchanged."""
-        options = (tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
-        if not is_chat(prompt) or self._parsers is None:
-            if any(o is not None for o in options):
-                raise ValueError(
-                    "tools, tool_choice, parallel_tool_calls and chat_template_kwargs apply to "
-                    "chat messages (a list of dicts), not to text or token ids"
-                )
-            return prompt, params, None
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        self._check_alive()
-        plan = plan_chat(
-            self.tokenizer,
-            self._parsers,
-            list(prompt),
-            tools=tools,
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            chat_template_kwargs=chat_template_kwargs,
-        )
-        ids = encode_text(self.tokenizer, plan.prompt, add_special_tokens=False)
-        return ids, plan.constrain(params), plan.rewriter()
+        if is_chat(prompt) and self._parsers is not None:
+            self._check_alive()
+        return prepare_chat(self.tokenizer, self._parsers, prompt, params, options)
 
     def _submit(self, reqs: list[Request], sink: Sink, request_id: str | None) -> str:
         rid = reqs[0].rid  # the submission's key
         self._sinks.add(rid, sink, request_id, len(reqs))
         assert self._worker is not None
-        self._worker.submit("add", reqs)
+        self._worker.submit(AddRequests(reqs))
         return rid
 
     def _abort_quietly(self, rid: str) -> None:
         if self._worker is not None and self._error is None:
-            self._worker.submit("abort", (rid, "cancelled by the caller"))
+            self._worker.submit(AbortRequest(rid, "cancelled by the caller"))
 
     async def abort(self, request_id: str) -> None:
         self._check_loop()
         if self._worker is not None:
             key = self._sinks.key_of(request_id)
-            self._worker.submit("abort", (key, "aborted by abort()"))
+            self._worker.submit(AbortRequest(key, "aborted by abort()"))
 
     # ---- maintenance (run on the worker thread, between steps) ---------------------------
 
-    async def _call(self, fn: Any) -> Any:
+    async def _ask(self, query: Callable[[Reply], FlushCache | ReadStats | CheckIntegrity]) -> object:
+        """Send a query message to the worker and wait for its answer."""
         self._check_alive()
         assert self._loop is not None and self._worker is not None
-        fut, done = self._sinks.new_call(self._loop, self._to_loop)
+        fut, reply = self._sinks.new_call(self._loop, self._to_loop)
         try:
-            self._worker.submit("call", (fn, done))
+            self._worker.submit(query(reply))
             return await fut
         finally:
             self._sinks.calls.discard(fut)
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
-        return bool(await self._call(maintenance.flush_cache))
+        return bool(await self._ask(FlushCache))
 
     async def check_integrity(self) -> None:
         """Assert every KV slot is free, in the radix tree, or owned by a running request."""
-        await self._call(lambda s: s.check_integrity())
+        await self._ask(CheckIntegrity)
 
-    async def stats(self) -> dict[str, Any]:
-        stats = dict(await self._call(lambda s: maintenance.read_stats(s, self._worker)))
+    async def stats(self) -> dict[str, int | float]:
+        """The scheduler's and the worker's counters (sched/stats.py) and the watchdog's stalls."""
+        stats = await self._ask(ReadStats)
+        assert isinstance(stats, dict)
         stats["watchdog_stalls"] = self._watchdog.stalls if self._watchdog is not None else 0
         return stats
 
     # ---- structured output (radixserve/constrained/) -------------------------------------
 
-    async def _compile_grammar(self, params: SamplingParams) -> Any:
+    async def _compile_grammar(self, params: SamplingParams) -> object:
         """The compiled grammar of `params` (None if unconstrained); ValueError if it does not compile."""
         spec = params.grammar if isinstance(params, SamplingParams) else None
         if spec is not None:
@@ -398,7 +374,7 @@ class AsyncEngine:
             self._arrival,
         )
 
-    def _to_loop(self, fn: Any, *args: Any) -> None:  # worker thread
+    def _to_loop(self, fn: Callable[..., object], *args: object) -> None:  # worker thread
         assert self._loop is not None
         try:
             self._loop.call_soon_threadsafe(fn, *args)
@@ -419,7 +395,7 @@ class AsyncEngine:
         worker = self._worker
         if worker is not None:  # their KV comes back if the worker's step ends after all
             for key in keys:
-                worker.submit("abort", (key, "failed by the watchdog: the engine stalled"))
+                worker.submit(AbortRequest(key, "failed by the watchdog: the engine stalled"))
 
     def _fail(self, err: BaseException) -> None:  # worker thread
         def fail_all() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 
@@ -97,7 +96,7 @@ def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:
     return on_gpu and attn.cascade_graphs
 
 
-def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: Any, context_length: int) -> int:
+def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: torch.device, context_length: int) -> int:
     """KV slots to allocate: as configured, else a fraction of free GPU memory, else a CPU budget."""
     if cfg.kv_cache_tokens is not None:
         return cfg.kv_cache_tokens

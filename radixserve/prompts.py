@@ -18,7 +18,10 @@ from typing import Any
 from radixserve import chat_input
 from radixserve import validation as V
 
-Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+# A JSON object as `json.loads` gives it (chat messages, OpenAI tools): its values are any JSON,
+# checked where they are read (chat_input.py), so `Any` is the honest type of a value.
+JsonObject = dict[str, Any]
+Prompt = str | Sequence[JsonObject] | Sequence[int]
 
 
 def is_chat(prompt: Any) -> bool:

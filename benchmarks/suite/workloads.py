@@ -16,6 +16,7 @@ from benchmarks.suite.context import Ctx
 from benchmarks.suite.engines import greedy, p50_p99_ms, run_offline, run_streaming, running_engine, stats
 from benchmarks.suite.peer import hf_twin, sweep
 from radixserve import AsyncEngine
+from radixserve.sched.messages import ProfileWorker
 
 BOUNDS = {"llama-3.1-8b": 13600.0, "qwen2.5-0.5b": 187000.0}  # BENCHMARKS.md, W1 on one H200
 TARGETS = {"llama-3.1-8b": 11500.0, "qwen2.5-0.5b": 100000.0}  # issue 11
@@ -31,9 +32,9 @@ def worker_profile(engine: AsyncEngine, on: bool) -> Iterator[None]:
     import pstats
 
     prof = cProfile.Profile()
-    engine._worker.submit("call", (lambda s: prof.enable(), lambda v, e: None))  # type: ignore[union-attr]
+    engine._worker.submit(ProfileWorker(prof, on=True))  # type: ignore[union-attr]
     yield
-    engine._worker.submit("call", (lambda s: prof.disable(), lambda v, e: None))  # type: ignore[union-attr]
+    engine._worker.submit(ProfileWorker(prof, on=False))  # type: ignore[union-attr]
     time.sleep(0.2)
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 

@@ -9,9 +9,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from radixserve.model.text_tokenizer import direct_tokenizer
+
+
+class TokenizerLike(Protocol):
+    """What the scheduler asks of a tokenizer (transformers' tokenizers and `TextTokenizer`
+    both are one): ids of a text, and the text of ids."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # tokenizer_config.json classes that AutoTokenizer resolves to `PreTrainedTokenizerFast`

@@ -4,11 +4,10 @@ whether a request should wait a step for a prefix another pick is computing."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 
-from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.radix_tree import MatchResult, RadixCache
 from radixserve.sched.request import Request
 
 
@@ -22,13 +21,13 @@ def match_limit(req: Request) -> int:
     return max(limit, 0)
 
 
-def match(cache: RadixCache, req: Request) -> Any:
+def match(cache: RadixCache, req: Request) -> MatchResult:
     return cache.match_prefix(req.all_ids[: match_limit(req)], req.extra_key)
 
 
 def ordered_waiting(
     cache: RadixCache | None, waiting: Iterable[Request], lpm_max_queue: int
-) -> list[tuple[Request, Any]]:
+) -> list[tuple[Request, MatchResult | None]]:
     """Longest cached prefix first (with its match); FCFS (no match) without a cache or
     beyond `lpm_max_queue` requests, since ordering costs a tree match per request."""
     reqs = list(waiting)
@@ -36,7 +35,7 @@ def ordered_waiting(
         return [(r, None) for r in reqs]  # matched at admission instead
     matched = [(r, match(cache, r)) for r in reqs]
     matched.sort(key=lambda rm: (-rm[1].length, rm[0].arrival))
-    return matched
+    return [(r, m) for r, m in matched]
 
 
 def shares_with_picked(req: Request, matched: int, picked: list[tuple[Request, int]], need: int) -> bool:

@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from radixserve.cache.tree_node import TreeNode
+from radixserve.constrained.base import Matcher
+from radixserve.outputs import TokenLogprob
 from radixserve.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from radixserve.sched.detokenizer import Detokenizer
 
 
 class Status(enum.Enum):
@@ -48,7 +54,7 @@ class Request:
     slots: list[int] = field(default_factory=list)
     kv_len: int = 0
     own_from: int = 0  # slots[own_from:] were allocated by this request
-    lock_node: Any = None
+    lock_node: TreeNode | None = None
     cached_tokens: int = 0  # prompt tokens served from the cache (first admission)
     admitted: bool = False
     # in flight: a step has been launched whose sampled token is not yet known
@@ -58,11 +64,11 @@ class Request:
     error: str | None = None
     # Sampling state shared with the runner (row in its per-request buffers).
     row: int = -1
-    detok: Any = None  # its Detokenizer (text and stop strings), set by the scheduler
-    logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
-    prompt_logprobs: list[Any] = field(default_factory=list)
+    detok: Detokenizer | None = None  # its Detokenizer (text and stop strings), set by the scheduler
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # TokenLogprob per output token, when asked
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     # Structured output (sched/grammar.py): the matcher, and jump-forward's books.
-    grammar: Any = None  # a constrained.base.Matcher, consistent with output_ids
+    grammar: Matcher | None = None  # consistent with output_ids
     jumped: bool = False  # forced tokens appended whose KV is not scheduled yet
     discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
     jump_tokens: int = 0  # output tokens appended by jump-forward

@@ -15,13 +15,11 @@ every slot is free, in the tree, or owned by exactly one running request.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from radixserve.cache.allocator import SlotAllocator
-from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.radix_tree import MatchResult, RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.sched.request import Request
 
@@ -40,26 +38,29 @@ class RequestKV:
     def alloc(self, n: int) -> torch.Tensor | None:
         return self.cache.alloc(n) if self.cache else self.allocator.alloc(n)
 
-    def claim(self, req: Request, match: Any, n: int, reserve: int) -> bool:
+    def claim(self, req: Request, match: MatchResult | None, n: int, reserve: int) -> bool:
         """Lock `match` (the cached prefix), take a row and `n` new slots, keeping
         `reserve` more available; on failure nothing changes."""
-        cached = match.length if match else 0
-        if self.cache is not None:
-            self.cache.lock(match.last_node)
+        # With a cache every admission has matched (an empty match at worst); without, none has.
+        cache = self.cache
+        lock = match.last_node if match is not None and cache is not None else None
+        cached = match.length if match is not None else 0
+        if cache is not None and lock is not None:
+            cache.lock(lock)
         row = self.table.alloc_row() if n + reserve <= self.available() else None
         slots = self.alloc(n) if row is not None else None
         if slots is None:
             if row is not None:
                 self.table.free_row(row)
-            if self.cache is not None:
-                self.cache.unlock(match.last_node)
+            if cache is not None and lock is not None:
+                cache.unlock(lock)
             return False
         assert row is not None
-        if cached:
+        if match is not None and cached:
             self.table.write(row, 0, match.slots)
         self.table.write(row, cached, slots)
         req.row, req.kv_len, req.own_from = row, cached, cached
-        req.lock_node = match.last_node if match else None
+        req.lock_node = lock
         return True
 
     def grow(self, req: Request, n: int) -> bool:

@@ -25,10 +25,9 @@ pending token into an output one); the second is `kv_len + 1 < limit`, with
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.sampler import LOGPROBS, PENALTIES, RARE, SamplingInputs
 from radixserve.sched import batch_build
 from radixserve.sched.batch import Batch
@@ -114,7 +113,9 @@ class SteadyDecode:
         self._limit, self._prompt = limit, prompt
         return reqs
 
-    def build(self, kv: RequestKV, srows: SamplingRows, slots: np.ndarray, groups: Any) -> Batch:
+    def build(
+        self, kv: RequestKV, srows: SamplingRows, slots: np.ndarray, groups: CascadeGroups | None
+    ) -> Batch:
         """The next decode step over the set (after `next_reqs`), with its freshly allocated `slots`."""
         assert self.reqs is not None
         reqs, rows, kv_lens = self.reqs, self.rows, self.kv

@@ -14,8 +14,8 @@ sampled, so the mask always follows the previous token in both modes.
 Batches without constrained rows take the one-call path and pay nothing.
 
 Lockstep mode runs the same calls in order (launch, wait, process). The
-caller's event loop talks to the worker only through `submit()` (a
-thread-safe inbox) and the `post` callback (which the engine routes through
+caller's event loop talks to the worker only through `submit()` (a thread-safe
+inbox of typed messages, sched/messages.py) and the `post` callback (which the engine routes through
 `loop.call_soon_threadsafe`, once per step). An exception here fails every
 request still pending and marks the worker dead, so no caller hangs; an
 error in one request's data (adding it, detokenizing its tokens) fails only
@@ -35,14 +35,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
+from radixserve.constrained.base import GrammarBackend
 from radixserve.outputs import RequestOutput
 from radixserve.runtime.runner import Forwarded, ModelRunner, StepHandle
 from radixserve.sched.batch import Batch
 from radixserve.sched.grammar import fill_bitmask
+from radixserve.sched.messages import (
+    AbortRequest,
+    AddRequests,
+    CheckIntegrity,
+    FlushCache,
+    ProfileWorker,
+    ReadStats,
+    Reply,
+    WorkerMsg,
+)
 from radixserve.sched.scheduler import NEED_SYNC, Scheduler
 
 log = logging.getLogger(__name__)
@@ -59,7 +69,7 @@ class Worker:
         post: Post,
         fail: Fail,
         overlap: bool,
-        grammar: Callable[[], Any] | None = None,
+        grammar: Callable[[], GrammarBackend] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
@@ -72,7 +82,7 @@ class Worker:
         self.steps = 0
         self.outputs = 0  # RequestOutputs posted to the event loop (fewer than tokens when streams lag)
         self.error: BaseException | None = None
-        self._inbox: deque[tuple[str, Any]] = deque()
+        self._inbox: deque[WorkerMsg] = deque()
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="radixserve-worker", daemon=True)
@@ -87,9 +97,8 @@ class Worker:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, kind: str, payload: Any = None) -> None:
-        """kind: "add" (list of Request), "abort" ((rid, why)), "call" ((fn, callback))."""
-        self._inbox.append((kind, payload))
+    def submit(self, msg: WorkerMsg) -> None:
+        self._inbox.append(msg)
         self._wake.set()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -159,23 +168,48 @@ class Worker:
 
     def _drain_inbox(self) -> None:
         while self._inbox:
-            kind, payload = self._inbox.popleft()
-            if kind == "add":
-                for req in payload:
-                    try:
-                        self.scheduler.add(req)
-                    except Exception as e:  # noqa: BLE001 - one request's data fails it alone
-                        self.scheduler.fail_request(req, e)
-            elif kind == "abort":
-                rid, why = payload
-                self.scheduler.abort(rid, why)
-            elif kind == "call":
-                fn, done = payload
-                try:
-                    done(fn(self.scheduler), None)
-                except Exception as e:  # noqa: BLE001 - handed to the caller
-                    done(None, e)
+            self._handle(self._inbox.popleft())
         self._flush_aborted()
+
+    def _handle(self, msg: WorkerMsg) -> None:
+        sched = self.scheduler
+        match msg:
+            case AddRequests(reqs):
+                for req in reqs:
+                    try:
+                        sched.add(req)
+                    except Exception as e:  # noqa: BLE001 - one request's data fails it alone
+                        sched.fail_request(req, e)
+            case AbortRequest(rid, why):
+                sched.abort(rid, why)
+            case FlushCache(reply):
+                self._answer(reply, sched.flush_cache)
+            case ReadStats(reply):
+                self._answer(reply, self._stats)
+            case CheckIntegrity(reply):
+                self._answer(reply, sched.check_integrity)
+            case ProfileWorker(profiler, on):
+                profiler.enable() if on else profiler.disable()
+
+    @staticmethod
+    def _answer(reply: Reply, query: Callable[[], object]) -> None:
+        try:
+            value = query()
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            reply(None, e)
+        else:
+            reply(value, None)
+
+    def _stats(self) -> dict[str, int | float]:
+        return {
+            **self.scheduler.stats().as_dict(),
+            "forward_steps": self.steps,
+            # Outputs the worker built and posted: a streamed request gets none while its
+            # previous one is unread by its consumer (backpressure, sched/process.py).
+            "outputs": self.outputs,
+            "mask_fill_s": self.mask_fill_s,
+            "mask_rows": self.mask_rows,
+        }
 
     def _flush_aborted(self) -> None:
         aborted = self.scheduler.take_aborted()

@@ -17,7 +17,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from radixserve.chat_plan import ChatPlan, ChatRewriter, plan_chat
+from radixserve.chat_output import ChatRewriter
+from radixserve.chat_plan import ChatPlan, plan_chat
 from radixserve.engine import AsyncEngine, EngineDeadError
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import encode_text

@@ -8,7 +8,6 @@ modes must give those tokens (the overlap-off engine also chunks prefills).
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import re
 from typing import Any
@@ -189,8 +188,8 @@ def test_jump_forward_equal_in_both_overlap_modes(tokenizer: Any) -> None:
     for overlap, hold in ((True, False), (False, True)):
         eng = Engine(engine_config(overlap=overlap, kv_cache_tokens=110, decode_reserve_ratio=0.0))
         sched = eng.engine.scheduler
-        assert sched is not None and sched.cfg.hold_for_jumps
-        sched.cfg = dataclasses.replace(sched.cfg, hold_for_jumps=hold)
+        assert sched is not None and sched.running.hold_for_jumps
+        sched.running.hold_for_jumps = hold
         try:
             outs = eng.generate_many(prompts, params)
             stats = eng.stats()

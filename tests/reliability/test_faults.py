@@ -136,9 +136,9 @@ def test_tokenizer_errors_fail_only_that_request(engine: Engine, tokenizer: Any,
     bad_id = 1234
     eng = engine.engine
     assert eng.scheduler is not None and eng.loaded is not None
-    real, loaded = eng.scheduler.tokenizer, eng.loaded
+    real, loaded = eng.scheduler.outputs.tokenizer, eng.loaded
     flaky = _FlakyTokenizer(real, bad_id)
-    eng.scheduler.tokenizer = flaky  # what the worker detokenizes with
+    eng.scheduler.outputs.tokenizer = flaky  # what the worker detokenizes with
     eng.loaded = replace(loaded, tokenizer=flaky)  # what the caller encodes with
     try:
         forced = SamplingParams(temperature=0, max_tokens=8, logit_bias={bad_id: 100.0})
@@ -146,7 +146,7 @@ def test_tokenizer_errors_fail_only_that_request(engine: Engine, tokenizer: Any,
         with pytest.raises(ValueError, match="tokenizer failed"):
             engine.complete("BOOM goes the tokenizer", SamplingParams(max_tokens=2))
     finally:
-        eng.scheduler.tokenizer = real
+        eng.scheduler.outputs.tokenizer = real
         eng.loaded = loaded
     assert out.finish_reason == "abort" and "injected decode fault" in (out.error or ""), out
     assert list(base.token_ids) == ref

@@ -217,7 +217,7 @@ def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool, mixed: bool)
     # Half arrive while the first half decodes, so mixed steps admit into a dry pool.
     reqs = [req(str(i), p, 15, arrival=i, lp=i % 2 == 1) for i, p in enumerate(prompts)]
     outs = drive(sched, overlap, {0: reqs[:5], 3: reqs[5:]})
-    assert sched.retractions > 0
+    assert sched.running.retractions > 0
     for i, r in enumerate(reqs):
         assert outs[r.rid] == expected(prompts[i], 15)
         # Each prompt token scored once, even by a request retracted and prefilled again.
@@ -250,11 +250,11 @@ def test_prompt_goes_to_the_tree_at_prefill_and_decode_slots_stay_live() -> None
     sched.add(req("a", [1, 2, 3, 4], 5))
     batch = sched.schedule()
     # The prompt's KV is in the tree (locked) as soon as it is scheduled.
-    assert sched.cache.protected_size == 4 and sched.live_slots()[0].tolist() == []
+    assert sched.cache.protected_size == 4 and sched.kv.live_slots(sched.running.reqs)[0].tolist() == []
     model, pending = fake(sched)
     sched.process(batch, model.step(batch, pending))
     sched.schedule()  # a decode step: one slot owned by the request alone
-    assert torch.cat(sched.live_slots()).tolist() == [4]
+    assert torch.cat(sched.kv.live_slots(sched.running.reqs)).tolist() == [4]
 
 
 @pytest.mark.parametrize("overlap", [False, True])

@@ -27,9 +27,10 @@ def sampled(
 
 
 def checked_schedule(sched: Scheduler, inflight: bool) -> object:
-    want = [r for r in sched.running if r.can_decode]
+    want = [r for r in sched.running.reqs if r.can_decode]
     ratio = sched.cfg.decode_reserve_ratio
-    assert sched._decode_reserve() == sum(math.ceil(r.remaining_tokens * ratio) for r in sched.running)
+    reserve = sum(math.ceil(r.remaining_tokens * ratio) for r in sched.running.reqs)
+    assert sched.running.decode_reserve() == reserve
     keys = {id(r): seed_key(r.params.seed, len(r.output_ids) + r.pending) for r in want if r.params.seed}
     batch = sched.schedule(inflight=inflight)
     if getattr(batch, "rows", None) is not None:  # a plain decode step
@@ -82,7 +83,7 @@ def test_steady_decode_matches_general_path(overlap: bool) -> None:
             process(batch, res)
         sched.check_integrity()
     sched.check_integrity()
-    assert sched.steady.active is False or not sched.running
+    assert sched.running.steady.active is False or not sched.running.reqs
     for r in reqs[:7] + late:
         assert outs[r.rid] == expected(r.prompt_ids, r.params.max_tokens), r.rid
     assert outs["eos"] == expected([5, 5, 2], 40, ignore_eos=False)
