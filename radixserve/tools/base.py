@@ -61,10 +61,17 @@ class ToolParser(ABC):
     ) -> dict[str, object]:
         """An xgrammar structural tag (JSON form) that makes the output's calls well formed;
         `function` names the function of mode "named". See `radixserve/tools/structural.py`."""
-        shape = self.call_shape()
-        tags = [structural.call_tag(shape, f, mode) for f in structural.chosen(tools, mode, function)]
-        fmt = structural.calls_format(tags, self.trigger, self.call_separator, mode, parallel)
+        fmt = structural.calls_format(
+            self.call_tags(tools, mode, function), self.trigger, self.call_separator, mode, parallel
+        )
         return structural.structural_tag(fmt)
+
+    def call_tags(
+        self, tools: Sequence[FunctionSpec], mode: structural.Mode, function: str | None
+    ) -> list[structural.Fmt]:
+        """One structural tag per function a call may name under `mode`."""
+        shape = self.call_shape()
+        return [structural.call_tag(shape, f, mode) for f in structural.chosen(tools, mode, function)]
 
 
 def assemble(deltas: Sequence[TextDelta]) -> ParsedText:

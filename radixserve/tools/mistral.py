@@ -106,8 +106,7 @@ class MistralParser(ToolParser):
         function: str | None = None,
     ) -> dict[str, object]:
         """The calls are the items of one array after `[TOOL_CALLS] `: the array is the tag."""
-        shape = self.call_shape()
-        items = [structural.call_tag(shape, f, mode) for f in structural.chosen(tools, mode, function)]
+        items = self.call_tags(tools, mode, function)
         inner = structural.calls_format(items, "", self.call_separator, "required", parallel)
         block: dict[str, object] = {"type": "tag", "begin": f"{TOOL_CALLS} [", "content": inner, "end": "]"}
         if mode != "auto":
