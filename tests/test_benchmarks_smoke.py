@@ -202,6 +202,7 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     for r in recs:
         assert r["commit_source"] == "git" and len(r["commit"]) == 40 and isinstance(r["dirty"], bool)
         assert r["device"] == "cpu" and r["dtype"] == "float32" and r["quick"] is True
+        assert r["command"].startswith("python3 benchmarks/gpu_suite.py --quick --device cpu")
     workloads = {r["workload"] for r in recs}
     assert workloads == {"correctness", "W1", "W1-peer", "W2", "W3", "W4", "W5", "host", "pages", "chunks"}
 
