@@ -4,7 +4,7 @@ The `plan()` of FlashInfer's decode (tensor-core path) and prefill wrappers
 (flashinfer 0.3.x) takes `max(lengths_tensor).item()` with Python's builtin
 over a torch tensor: one `select` + compare + `.item()` per request, about
 1 ms of host time per decode step at batch 256 on the H200 and twice that
-per mixed step (profile in BENCHMARKS.md, session 4). Every plan of the
+per mixed step (benchmarks/profile_decode.py on the H200, 2026-12-01). Every plan of the
 backend, graph and eager, goes through those wrappers, so the fix is made
 there once: the modules' global `max` shadows the builtin for their own code
 only, with `t.max()` (the same 0-d tensor, one op) for a non-empty 1-D
