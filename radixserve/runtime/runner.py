@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.extend_graphs import ExtendGraphs
 from radixserve.runtime.greedy_graphs import GreedyGraphs
-from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 from radixserve.runtime.step import DecodeInputs, StepInput
 

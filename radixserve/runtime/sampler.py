@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from radixserve.runtime.host import to_device
+from radixserve.host_copy import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15

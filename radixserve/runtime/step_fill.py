@@ -62,7 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.runtime.host import PinnedStaging
+from radixserve.host_copy import PinnedStaging
 from radixserve.runtime.step import DecodeInputs
 
 

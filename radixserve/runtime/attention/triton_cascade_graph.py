@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from radixserve.host_copy import PinnedStaging
 from radixserve.runtime.attention import cascade_items as ci
 from radixserve.runtime.attention.triton_cascade import (
     CascadeLaunch,
@@ -27,7 +28,6 @@ from radixserve.runtime.attention.triton_cascade import (
     run_levels,
 )
 from radixserve.runtime.cascade import CascadeGroups
-from radixserve.runtime.host import PinnedStaging
 
 # Graphs fix level 0's partial slots; a group's splits follow its prefix up to this many.
 GRAPH_PREFIX_SPLITS = 16
