@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from radixserve.sched.scheduler import SchedulerConfig
+from radixserve.sched.config import SchedulerConfig
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
 CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
