@@ -82,7 +82,7 @@ class EngineConfig:
     # None (the default): on where cascade steps replay CUDA graphs (a CUDA device with the
     # Triton decode and `cuda_graph`, the GPU default), off elsewhere. On the H200 it made W2
     # 1.08x and W5's decode steps 1.14x / 1.59x faster and left the step period of batches
-    # that share nothing unchanged (BENCHMARKS.md, session 9); eager cascade steps cost more
+    # that share nothing unchanged (BENCHMARKS.md, "Suite (2026-12-03)"); eager cascade steps cost more
     # host time than they save, and the CPU keeps transformers' plain attention arithmetic.
     cascade_attention: bool | None = None
     cascade_min_shared: int = 256
