@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -193,7 +192,7 @@ class ModelRunner:
             handle.event.record()
         return handle
 
-    def _on_stream(self) -> Any:
+    def _on_stream(self) -> contextlib.AbstractContextManager[object]:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
