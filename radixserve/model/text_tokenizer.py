@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # Named special tokens in transformers' order (SPECIAL_TOKENS_ATTRIBUTES): all_special_ids follows it.
 NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -98,6 +98,14 @@ def _mistral_patch_possible(folder: Path) -> bool:
     except (OSError, ValueError, AttributeError):
         return True
     return major < 5 and (model.get("model_type") is None or model.get("model_type") in MISTRAL_TYPES)
+
+
+class TokenizerLike(Protocol):
+    """What the worker calls on the model's tokenizer: a `TextTokenizer` or transformers' own."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
 
 
 class TextTokenizer:

@@ -22,12 +22,15 @@ last grouping after one tuple comparison.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from radixserve.runtime.cascade import CascadeGroups
 
+if TYPE_CHECKING:
+    from radixserve.cache.tree_node import TreeNode
 
-def group_by_prefix(nodes: Sequence[Any], min_shared: int) -> CascadeGroups | None:
+
+def group_by_prefix(nodes: Sequence[TreeNode | None], min_shared: int) -> CascadeGroups | None:
     """Groups of batch rows (row i locked `nodes[i]`, a radix TreeNode or None)
     sharing at least `min_shared` leading slots; None when no group forms."""
     depth: dict[int, int] = {}
@@ -41,15 +44,15 @@ def group_by_prefix(nodes: Sequence[Any], min_shared: int) -> CascadeGroups | No
             chain.append(n)
             n = n.parent
         d, above = 0, -1
-        for a in reversed(chain):
-            d += a.length
+        for anc in reversed(chain):
+            d += anc.length
             if d < min_shared:
                 continue
-            if a.id not in depth:
-                depth[a.id], members[a.id], children[a.id] = d, [], []
-                (children[above] if above >= 0 else tops).append(a.id)
-            members[a.id].append(row)
-            above = a.id
+            if anc.id not in depth:
+                depth[anc.id], members[anc.id], children[anc.id] = d, [], []
+                (children[above] if above >= 0 else tops).append(anc.id)
+            members[anc.id].append(row)
+            above = anc.id
     best: dict[int, int] = {}
     take: dict[int, bool] = {}
     for a in sorted(depth, key=depth.__getitem__, reverse=True):  # children before parents
@@ -91,7 +94,7 @@ class PrefixGrouper:
         self.steps = 0  # decode steps that carried groups
         self.saved_tokens = 0  # slot reads those steps avoided (per layer)
 
-    def group(self, lock_nodes: Sequence[Any]) -> CascadeGroups | None:
+    def group(self, lock_nodes: Sequence[TreeNode | None]) -> CascadeGroups | None:
         # Node ids are unique for the tree's lifetime (unlike id()), so an equal key is the same nodes.
         key = tuple(-1 if n is None else n.id for n in lock_nodes)
         if key != self._key:

@@ -23,13 +23,16 @@ worker does no tokenizer work per step for it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+if TYPE_CHECKING:
+    from radixserve.model.text_tokenizer import TokenizerLike
 
-def stream_backend(tok: Any) -> Tokenizer | None:
+
+def stream_backend(tok: TokenizerLike) -> Tokenizer | None:
     """The `tokenizers.Tokenizer` whose decode is exactly `tok.decode`, else None."""
     from radixserve.model.text_tokenizer import TextTokenizer
 
@@ -51,7 +54,7 @@ def stream_backend(tok: Any) -> Tokenizer | None:
 class Detokenizer:
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: TokenizerLike | None,
         stop: tuple[str, ...],
         include_stop: bool,
         skip_special: bool,
@@ -78,6 +81,7 @@ class Detokenizer:
         self._stream = DecodeStream(skip_special_tokens=skip_special) if self._backend is not None else None
 
     def _decode(self, ids: list[int]) -> str:
+        assert self.tok is not None  # callers return early without a tokenizer
         return self.tok.decode(ids, skip_special_tokens=self.skip_special)
 
     def add(self, token_ids: list[int]) -> None:

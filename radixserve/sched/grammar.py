@@ -33,20 +33,26 @@ that token is appended too and the request ends without a pass to sample it
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from radixserve.constrained.base import GrammarBackend, Matcher
+from radixserve.model.text_tokenizer import TokenizerLike
 from radixserve.sched.request import Request
+
+
+def _matcher(req: Request) -> Matcher:
+    assert req.grammar is not None, "a grammar step of a request without a grammar"
+    return req.grammar
 
 
 def accept(req: Request, tok: int) -> tuple[str | None, str | int | None, str | None]:
     """Accept `tok` into the matcher: (finish_reason, stop_reason, error) or all None."""
-    if not req.grammar.accept_token(tok):
+    m = _matcher(req)
+    if not m.accept_token(tok):
         # Only reachable when something else ruled out every allowed token (e.g. min_tokens
         # suppressing the EOS the grammar requires): fail this request, not the engine.
         return "abort", None, f"the grammar rejected token {tok} (no allowed token was left)"
-    if req.grammar.is_terminated():
+    if m.is_terminated():
         return "stop", tok, None
     return None, None, None
 
@@ -57,7 +63,9 @@ def wants_jump(req: Request, default: bool) -> bool:
     return p.use_jump_forward and (p.jump_forward is not None or default)
 
 
-def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None = None) -> list[int]:
+def jump_forward(
+    req: Request, tokenizer: TokenizerLike | None, default: bool, room: int | None = None
+) -> list[int]:
     """Append the forced string's tokens (accepted by the matcher); [] when there is none.
 
     Where the grammar then allows only its stop token (a complete JSON object), that
@@ -70,22 +78,23 @@ def jump_forward(req: Request, tokenizer: Any, default: bool, room: int | None =
     room = req.remaining_tokens + req.pending if room is None else room
     if room <= 0:
         return []
-    forced = req.grammar.forced_string() if wants_jump(req, default) else ""
+    m = _matcher(req)
+    forced = m.forced_string() if wants_jump(req, default) else ""
     ids = list(tokenizer.encode(forced, add_special_tokens=False))[:room] if forced else []
     taken = 0
     for t in ids:
-        if not req.grammar.accept_token(t):
+        if not m.accept_token(t):
             break
         taken += 1
     ids = ids[:taken]
     # A stop alone with a token in flight would save nothing: skip its row fill (regex
     # grammars are complete after many tokens).
     if taken < room and (taken or not req.pending) and _may_stop(req, taken):
-        stop = req.grammar.forced_stop()
-        if stop is not None and stop in req.eos_ids and req.grammar.accept_token(stop):
+        stop = m.forced_stop()
+        if stop is not None and stop in req.eos_ids and m.accept_token(stop):
             ids.append(stop)
     if len(ids) < (2 if req.pending else 1):
-        req.grammar.rollback(len(ids))
+        m.rollback(len(ids))
         return []
     if req.pending:  # the step in flight samples a token that the jump replaces
         req.pending -= 1
@@ -101,7 +110,7 @@ def _may_stop(req: Request, forced: int) -> bool:
     return not p.ignore_eos and len(req.output_ids) + forced >= p.min_tokens
 
 
-def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[int]] | None:
+def fill_bitmask(reqs: list[Request], backend: GrammarBackend) -> tuple[torch.Tensor, list[int]] | None:
     """The bitmask of one step's sampling requests and the rows it constrains, or None.
 
     Finished requests and those whose in-flight token will be discarded keep
@@ -110,18 +119,18 @@ def fill_bitmask(reqs: list[Request], backend: Any) -> tuple[torch.Tensor, list[
     if not rows:
         return None
     bitmask = backend.allocate_bitmask(len(reqs))
-    backend.fill_bitmasks([reqs[i].grammar for i in rows], bitmask, rows)
+    backend.fill_bitmasks([_matcher(reqs[i]) for i in rows], bitmask, rows)
     return bitmask, rows
 
 
-def jump_at_start(req: Request, tokenizer: Any) -> int:
+def jump_at_start(req: Request, tokenizer: TokenizerLike | None) -> int:
     """What the grammar forces before the first token (`{"name": "`) goes in with the
     prompt; returns how many tokens that is."""
     room = req.remaining_tokens - 1  # the prefill samples at least one token
     # Prefilled with the prompt, it needs no step of its own: on whatever the device.
     forced = jump_forward(req, tokenizer, True, room)
     if forced and forced[-1] in req.eos_ids:  # a one-string grammar: the sampler ends it
-        req.grammar.rollback(1)
+        _matcher(req).rollback(1)
         req.jump_tokens -= 1
         forced.pop()
     if not forced:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
 
@@ -16,7 +14,7 @@ def flush_cache(s: Scheduler) -> bool:
     return True
 
 
-def read_stats(s: Scheduler, worker: Worker | None) -> dict[str, Any]:
+def read_stats(s: Scheduler, worker: Worker | None) -> dict[str, float]:
     return {
         "waiting": len(s.waiting),
         "running": len(s.running),

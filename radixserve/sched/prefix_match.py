@@ -3,12 +3,12 @@ whether a request should wait a step for a prefix another pick is computing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.tree_node import MatchResult
 from radixserve.sched.request import Request
 
 
@@ -22,13 +22,13 @@ def match_limit(req: Request) -> int:
     return max(limit, 0)
 
 
-def match(cache: RadixCache, req: Request) -> Any:
+def match(cache: RadixCache, req: Request) -> MatchResult:
     return cache.match_prefix(req.all_ids[: match_limit(req)], req.extra_key)
 
 
 def ordered_waiting(
     cache: RadixCache | None, waiting: Iterable[Request], lpm_max_queue: int
-) -> list[tuple[Request, Any]]:
+) -> Sequence[tuple[Request, MatchResult | None]]:
     """Longest cached prefix first (with its match); FCFS (no match) without a cache or
     beyond `lpm_max_queue` requests, since ordering costs a tree match per request."""
     reqs = list(waiting)

@@ -4,20 +4,26 @@ A request moves WAITING -> (prefilling, in chunks) -> RUNNING -> FINISHED;
 retraction sends a RUNNING request back to WAITING with its output kept, and
 abort ends it from any state. Only the worker thread touches a Request.
 
-KV bookkeeping: `slots[:kv_len]` are the KV slots of `all_ids[:kv_len]`
-(cached prefix first, then what this request computed). `slots` may hold one
-more slot than `kv_len` while a step is in flight. `lock_node` is the radix
-node this request holds locked (its cached prefix); `own_from` is where the
-slots this request allocated itself begin.
+KV bookkeeping: the request's KV slots are its `row` of the request-to-slot
+table (`sched/request_kv.py`): the first `kv_len` are those of
+`all_ids[:kv_len]` (cached prefix first, then what this request computed).
+`lock_node` is the radix node this request holds locked (its cached prefix);
+`own_from` is where the slots this request allocated itself begin.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from radixserve.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from radixserve.cache.tree_node import TreeNode
+    from radixserve.constrained.base import Matcher
+    from radixserve.outputs import TokenLogprob
+    from radixserve.sched.detokenizer import Detokenizer
 
 
 class Status(enum.Enum):
@@ -45,10 +51,9 @@ class Request:
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
     # KV state
-    slots: list[int] = field(default_factory=list)
     kv_len: int = 0
     own_from: int = 0  # slots[own_from:] were allocated by this request
-    lock_node: Any = None
+    lock_node: TreeNode | None = None
     cached_tokens: int = 0  # prompt tokens served from the cache (first admission)
     admitted: bool = False
     # in flight: a step has been launched whose sampled token is not yet known
@@ -58,11 +63,11 @@ class Request:
     error: str | None = None
     # Sampling state shared with the runner (row in its per-request buffers).
     row: int = -1
-    detok: Any = None  # its Detokenizer (text and stop strings), set by the scheduler
-    logprobs: list[Any] = field(default_factory=list)  # TokenLogprob per output token, when asked
-    prompt_logprobs: list[Any] = field(default_factory=list)
+    detok: Detokenizer | None = None  # text and stop strings, set by the scheduler
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when asked
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     # Structured output (sched/grammar.py): the matcher, and jump-forward's books.
-    grammar: Any = None  # a constrained.base.Matcher, consistent with output_ids
+    grammar: Matcher | None = None  # consistent with output_ids
     jumped: bool = False  # forced tokens appended whose KV is not scheduled yet
     discard: int = 0  # tokens in flight to drop (sampled before a jump replaced them)
     jump_tokens: int = 0  # output tokens appended by jump-forward

@@ -15,14 +15,13 @@ every slot is free, in the tree, or owned by exactly one running request.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
+from radixserve.cache.tree_node import MatchResult
 from radixserve.sched.request import Request
 
 
@@ -40,22 +39,23 @@ class RequestKV:
     def alloc(self, n: int) -> torch.Tensor | None:
         return self.cache.alloc(n) if self.cache else self.allocator.alloc(n)
 
-    def claim(self, req: Request, match: Any, n: int, reserve: int) -> bool:
-        """Lock `match` (the cached prefix), take a row and `n` new slots, keeping
-        `reserve` more available; on failure nothing changes."""
+    def claim(self, req: Request, match: MatchResult | None, n: int, reserve: int) -> bool:
+        """Lock `match` (the cached prefix; None only without a cache), take a row and `n`
+        new slots, keeping `reserve` more available; on failure nothing changes."""
         cached = match.length if match else 0
         if self.cache is not None:
+            assert match is not None
             self.cache.lock(match.last_node)
         row = self.table.alloc_row() if n + reserve <= self.available() else None
         slots = self.alloc(n) if row is not None else None
         if slots is None:
             if row is not None:
                 self.table.free_row(row)
-            if self.cache is not None:
+            if self.cache is not None and match is not None:
                 self.cache.unlock(match.last_node)
             return False
         assert row is not None
-        if cached:
+        if match is not None and cached:
             self.table.write(row, 0, match.slots)
         self.table.write(row, cached, slots)
         req.row, req.kv_len, req.own_from = row, cached, cached
