@@ -88,7 +88,6 @@ class EngineConfig:
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
-    seed: int = 0
     # Chat outputs (radixserve/chat_plan.py): the tool-call format, "auto" for the chat
     # template's (the default tool prompt's Hermes format when it has none) or a name of
     # `radixserve.tools.tool_parser_names()`; the reasoning block's, "auto" for "qwen3" when
