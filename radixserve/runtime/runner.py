@@ -6,7 +6,7 @@ once. A decode step's forward batch is built here, on the device, from the
 device copy of the request-to-slot table (runtime/decode_inputs.py). The sampled ids land in an
 on-device buffer indexed by request row, from which the next step takes the
 input token of every request whose previous token is still in flight; their
-host copy is started without blocking and read by `StepHandle.wait()`, the one
+host copy is started without blocking and read by `StepHandle.result()`, the one
 device-to-host sync per step.
 """
 
