@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from radixserve.sched.scheduler import SchedulerConfig
+from radixserve.sched.config import SchedulerConfig
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
 CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
@@ -82,13 +82,12 @@ class EngineConfig:
     # None (the default): on where cascade steps replay CUDA graphs (a CUDA device with the
     # Triton decode and `cuda_graph`, the GPU default), off elsewhere. On the H200 it made W2
     # 1.08x and W5's decode steps 1.14x / 1.59x faster and left the step period of batches
-    # that share nothing unchanged (BENCHMARKS.md, "Cascade on by default"); eager cascade steps cost more
+    # that share nothing unchanged (BENCHMARKS.md, the H200 suite); eager cascade steps cost more
     # host time than they save, and the CPU keeps transformers' plain attention arithmetic.
     cascade_attention: bool | None = None
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
-    seed: int = 0
     # Chat outputs (radixserve/chat_plan.py): the tool-call format, "auto" for the chat
     # template's (the default tool prompt's Hermes format when it has none) or a name of
     # `radixserve.tools.tool_parser_names()`; the reasoning block's, "auto" for "qwen3" when

@@ -31,9 +31,9 @@ from radixserve.chat_output import ChatRewriter
 from radixserve.chat_plan import ChatOptions, ChatParsers, prepare_chat
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
-from radixserve.constrained.compiler import GrammarCompiler, xgrammar_backend
 from radixserve.engine_build import build_parts
 from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError, EngineStalledError
+from radixserve.grammar_compiler import GrammarCompiler, xgrammar_backend
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import JsonObject, Prompt, is_chat

@@ -16,7 +16,7 @@ Modules read their ops from a `kernels` attribute (the reference by default);
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +64,7 @@ class FlashInferKernels(TorchKernels):
 
     name = "flashinfer"
 
-    def __init__(self, flashinfer: Any) -> None:
+    def __init__(self, flashinfer: ModuleType) -> None:
         self._fi = flashinfer
         self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
 

@@ -6,16 +6,58 @@ its schedule there; others may precompute index tensors); `forward` runs in
 every layer: it writes the new tokens' K/V into the pool at
 `batch.out_slots`, then attends each new token to its request's context up to
 and including itself.
+
+A backend that takes part in CUDA-graph decode (runtime/cuda_graph.py) also
+has `GraphStates`' methods: decode states of a fixed batch size, planned
+outside the graph.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
+
+
+class DecodeGraphState(Protocol):
+    """The fixed buffers of one captured decode batch size; the graph's kernels read them."""
+
+    batch_size: int
+    max_kv_tokens: int
+    kv_indptr: torch.Tensor  # [bs + 1] int32, device
+    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
+
+
+class CascadeGraphState(DecodeGraphState, Protocol):
+    """A cascade decode state beside the plain one of its size; its work list is uploaded
+    before each replay."""
+
+    def fits(self, groups: CascadeGroups) -> bool: ...
+
+    def upload(self, groups: CascadeGroups, prefix_lens: np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class GraphStates(Protocol):
+    """What decode graphs need of a backend beside `forward`: states of a fixed batch size,
+    planned outside the graph (the FlashInfer backend has them)."""
+
+    def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> DecodeGraphState: ...
+
+    def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None: ...
+
+
+@runtime_checkable
+class CascadeGraphStates(GraphStates, Protocol):
+    """...and cascade states beside them (`AttentionBackend.cascade_graphs`)."""
+
+    def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState: ...
 
 
 class AttentionBackend(ABC):

@@ -49,12 +49,13 @@ Written against the `plan` / `run` API shared by flashinfer 0.3.x and 0.7.x
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import AttentionBackend, DecodeGraphState
 from radixserve.runtime.attention.flashinfer_plan_max import speed_up_plans
 from radixserve.runtime.attention.flashinfer_plans import (
     FlashInferDecodeGraphState,
@@ -68,9 +69,20 @@ from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecod
 from radixserve.runtime.cascade import CascadeGroups, cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
 
+if TYPE_CHECKING:  # they import triton
+    from radixserve.runtime.attention.triton_cascade import CascadeShape
+    from radixserve.runtime.attention.triton_cascade_graph import CascadeGraphs, TritonCascadeGraphState
+
 WORKSPACE_BYTES = 128 << 20
 TENSOR_CORE_MIN_GROUP = 4
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class LayerRun(Protocol):
+    """What a step runs in every layer once planned: a FlashInfer wrapper, our Triton decode,
+    a Triton graph state or cascade plan."""
+
+    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor: ...
 
 
 class FlashInferAttention(AttentionBackend):
@@ -129,8 +141,8 @@ class FlashInferAttention(AttentionBackend):
 
             self._graph_attention = graph_attention
         # Cascade steps with the Triton decode: its own two levels (triton_cascade.py); else FlashInfer's.
-        self._cascade_shape: Any = None
-        self._cascade_graphs: Any = None  # triton_cascade_graph.CascadeGraphs, with the Triton decode
+        self._cascade_shape: CascadeShape | None = None
+        self._cascade_graphs: CascadeGraphs | None = None  # with the Triton decode
         if self._triton_decode is not None:
             from radixserve.runtime.attention import triton_cascade, triton_cascade_graph  # import triton
 
@@ -146,15 +158,15 @@ class FlashInferAttention(AttentionBackend):
         # steps (the groups' queries against their shared prefixes) is a prefill wrapper.
         ws = self._workspace
 
-        def pair(make: Any, **kw: Any) -> list[PlanSlot]:
+        def pair(make: Callable[..., object], **kw: object) -> list[PlanSlot]:
             return [PlanSlot(make(ws, "NHD", **kw)) for _ in range(2)]
 
         self._prefill = pair(fi.BatchPrefillWithPagedKVCacheWrapper, backend=prefill_backend)
         self._shared = pair(fi.BatchPrefillWithPagedKVCacheWrapper, backend=prefill_backend)
         self._decode = pair(fi.BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=self.decode_tensor_cores)
         self._turn = {"prefill": 0, "decode": 0, "shared": 0}
-        self._active: Any = None
-        self._shared_active: Any = None  # set for a cascade step
+        self._active: LayerRun | None = None
+        self._cascade_slots: tuple[PlanSlot, PlanSlot] | None = None  # FlashInfer's levels 1 and 0
         self._grouped_rows: torch.Tensor | None = None  # level 0's rows; None: all, in order
         self._graph_indices: torch.Tensor | None = None
         # Page-size-1 views of each layer's buffers, made once.
@@ -192,7 +204,7 @@ class FlashInferAttention(AttentionBackend):
         self._active = slot.wrapper
 
     def plan(self, batch: ForwardBatch) -> None:
-        self._shared_active = None
+        self._cascade_slots = None
         if batch.is_decode and batch.cascade is not None and self._cascade_shape is not None:
             self._active = self._cascade_build(batch, batch.cascade, self._cascade_shape)
             return
@@ -211,7 +223,7 @@ class FlashInferAttention(AttentionBackend):
         self._active = slot.wrapper
 
     def _plan_prefill(
-        self, slot: Any, qo_lens: list[int], kv_lens: list[int], indices: torch.Tensor, causal: bool
+        self, slot: PlanSlot, qo_lens: list[int], kv_lens: list[int], indices: torch.Tensor, causal: bool
     ) -> None:
         """Plan a prefill wrapper: request i has qo_lens[i] queries over kv_lens[i] slots."""
         slot.guard.before_plan()
@@ -246,10 +258,11 @@ class FlashInferAttention(AttentionBackend):
         """Level 1 (every row's unique suffix) on a decode wrapper, level 0 (each
         group's shared prefix, once) on a non-causal prefill wrapper."""
         idx = cascade_indices(batch.kv_indices, batch.seq_lens, groups)
-        self._plan_paged_decode(self._next("decode"), idx.suffix_lens, idx.suffix_indices)
-        slot = self._next("shared")
-        self._plan_prefill(slot, idx.group_sizes, idx.prefix_lens, idx.prefix_indices, causal=False)
-        self._shared_active = slot.wrapper
+        level1 = self._next("decode")
+        self._plan_paged_decode(level1, idx.suffix_lens, idx.suffix_indices)
+        level0 = self._next("shared")
+        self._plan_prefill(level0, idx.group_sizes, idx.prefix_lens, idx.prefix_indices, causal=False)
+        self._cascade_slots = (level1, level0)
         self._grouped_rows = idx.grouped_rows
 
     def forward(
@@ -265,16 +278,19 @@ class FlashInferAttention(AttentionBackend):
             qc = qc.contiguous()
         if batch.graph is not None:  # replayed from a graph (runtime/extend_graphs.py): no plan
             out = self._graph_attention(qc, (self.pool.k[layer], self.pool.v[layer]), batch, self.scale)
-        elif self._shared_active is not None:
-            out = self._cascade_run(qc, self._caches[layer])
+        elif self._cascade_slots is not None:
+            out = self._cascade_run(qc, self._caches[layer], *self._cascade_slots)
         else:
+            assert self._active is not None
             out = self._active.run(qc, self._caches[layer])
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
-    def _cascade_run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        out, lse = self._active.run(q, cache, return_lse=True)  # level 1: [B, Hq, D], [B, Hq]
+    def _cascade_run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], level1: PlanSlot, level0: PlanSlot
+    ) -> torch.Tensor:
+        out, lse = level1.wrapper.run(q, cache, return_lse=True)  # [B, Hq, D], [B, Hq]
         rows = self._grouped_rows
-        o0, lse0 = self._shared_active.run(q if rows is None else q[rows], cache, return_lse=True)
+        o0, lse0 = level0.wrapper.run(q if rows is None else q[rows], cache, return_lse=True)
         if rows is None:  # every row is grouped, groups in row order: merge in place
             self._fi.merge_state_in_place(out, lse, o0, lse0)
             return out
@@ -319,7 +335,7 @@ class FlashInferAttention(AttentionBackend):
         )
         return FlashInferDecodeGraphState(batch_size, max_kv_tokens, PlanSlot(wrapper), indptr, indices, last)
 
-    def plan_cuda_graph(self, state: Any, batch: ForwardBatch) -> None:
+    def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None:
         """Plan `state` (from `make_cuda_graph_decode_state` or `..._cascade_state`) for `batch`
         (padded to `state.batch_size` decode rows), outside any graph; the next captured
         forward or replay uses it."""
@@ -332,19 +348,21 @@ class FlashInferAttention(AttentionBackend):
             raise ValueError(
                 f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
             )
-        self._shared_active = None
+        self._cascade_slots = None
         if isinstance(state, FlashInferDecodeGraphState):
             self._plan_decode(state.slot, batch)
             return
         if isinstance(state, TritonDecodeGraphState):
             TritonDecode.plan_graph(state, batch)
-        self._active = state  # a Triton state (a cascade one's work list is written before replay)
+        # A Triton state, plain or cascade (whose work list is written before replay): it runs.
+        self._active = cast(LayerRun, state)
 
     @property
     def cascade_graphs(self) -> bool:
         """Whether cascade decode steps can be captured: with the Triton decode."""
         return self._cascade_graphs is not None
 
-    def make_cuda_graph_cascade_state(self, plain: TritonDecodeGraphState) -> Any:
+    def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> TritonCascadeGraphState:
         """A cascade graph state beside the plain one of the same size; largest first."""
+        assert self._cascade_graphs is not None and isinstance(plain, TritonDecodeGraphState)
         return self._cascade_graphs.make(plain)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
 
 
-def import_flashinfer() -> Any:
+def import_flashinfer() -> ModuleType:
     """The flashinfer module, or an ImportError that says how to get it."""
     try:
         import flashinfer
@@ -47,7 +48,7 @@ class PlanGuard:
 
 @dataclass
 class PlanSlot:
-    wrapper: Any
+    wrapper: Any  # a FlashInfer wrapper (flashinfer has no type hints)
     guard: PlanGuard = field(default_factory=PlanGuard)
 
 

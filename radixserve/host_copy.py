@@ -9,13 +9,12 @@ with `non_blocking=True` queues the copy like any kernel instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
 
-def to_device(data: Sequence[Any] | np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(data: Sequence[float] | np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(data) if not isinstance(data, np.ndarray) else data, dtype=dtype)
     if device.type != "cuda":
         return t.to(device) if t.device != device else t

@@ -1,7 +1,9 @@
 """The engine's side of structured output: compile a request's grammar, give it matchers.
 
 The backend (xgrammar) and its `GrammarCache` are built on the first
-constrained request, so unconstrained engines never import xgrammar.
+constrained request, so unconstrained engines never import xgrammar. This
+module joins `constrained/` (which knows no engine, model or request) to the
+engine's config, its loaded model and its `Request`s.
 """
 
 from __future__ import annotations
@@ -11,20 +13,22 @@ from collections.abc import Callable
 from typing import Any
 
 from radixserve.config import EngineConfig
+from radixserve.constrained.base import GrammarBackend
 from radixserve.constrained.cache import GrammarCache
 from radixserve.model.loader import LoadedModel
+from radixserve.model.text_tokenizer import transformers_tokenizer
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.request import Request
 
 
 class GrammarCompiler:
-    def __init__(self, config: EngineConfig, make_backend: Callable[[], Any]) -> None:
+    def __init__(self, config: EngineConfig, make_backend: Callable[[], GrammarBackend]) -> None:
         self.config = config
         self._make_backend = make_backend  # runs in a thread, once
         self.cache: GrammarCache | None = None
         self._lock: asyncio.Lock | None = None
 
-    async def compile(self, params: SamplingParams) -> Any:
+    async def compile(self, params: SamplingParams) -> Any:  # Any: the backend's compiled grammar
         """The compiled grammar of `params` (None if unconstrained), compiled in a thread
         while this request waits outside the batch; ValueError if it does not compile."""
         spec = params.grammar if isinstance(params, SamplingParams) else None
@@ -61,16 +65,17 @@ class GrammarCompiler:
         for r in reqs:  # one matcher per completion
             r.grammar = self.cache.backend.matcher(compiled)
 
-    def backend_now(self) -> Any:  # worker thread: set before any matcher exists
+    def backend_now(self) -> GrammarBackend:  # worker thread: set before any matcher exists
         assert self.cache is not None
         return self.cache.backend
 
 
-def xgrammar_backend(loaded: LoadedModel | None) -> Any:
+def xgrammar_backend(loaded: LoadedModel | None) -> GrammarBackend:
     """The backend of a loaded model (imports xgrammar); called after the engine started."""
     if loaded is None:
         raise RuntimeError("structured output needs a started engine")
     from radixserve.constrained.xgrammar_backend import XGrammarBackend
 
     eos = loaded.eos_token_ids or loaded.config.eos_token_ids
-    return XGrammarBackend(loaded.tokenizer, loaded.config.vocab_size, eos)
+    # xgrammar reads transformers' tokenizer
+    return XGrammarBackend(transformers_tokenizer(loaded.tokenizer), loaded.config.vocab_size, eos)
