@@ -93,7 +93,8 @@ def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:
     """Whether the engine's cascade decode steps would replay CUDA graphs (what
     `cascade_attention=None` turns grouping on for)."""
     on_gpu = cfg.cuda_graph and cfg.torch_device().type == "cuda"
-    return on_gpu and attn.cascade_graphs
+    planner = attn.decode_graphs()
+    return on_gpu and planner is not None and planner.cascade_graphs
 
 
 def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: torch.device, context_length: int) -> int:

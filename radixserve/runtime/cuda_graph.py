@@ -8,15 +8,16 @@ read and write one scratch KV slot that belongs to no request (the pool has
 one slot more than the allocator hands out).
 
 Only backends that can plan a fixed-size decode state outside the graph take
-part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
+part: those whose `decode_graphs()` gives a `DecodeGraphPlanner`
+(`make_cuda_graph_decode_state` / `plan_cuda_graph`).
 Decode steps that carry shared-prefix groups (cascade attention) replay a
 second set of graphs (`cascade=True`, device-input mode with the Triton
 decode: runtime/attention/triton_cascade_graph.py), each beside the plain
 graph of its size and sharing its page table; with other backends, or more
 groups than a graph holds, they run eagerly.
 
-Where the backend's graph states need no host plan (`device_planned_graphs`:
-the FlashInfer backend with the Triton decode kernel) and the runner hands
+Where the backend's graph states need no host plan (`device_planned`: the
+Triton decode kernel, the FlashInfer backend's default decode half) and the runner hands
 over its device tables, the step's inputs are built inside the graph too:
 each graph starts with `step_fill` (runtime/step_fill.py), which reads one
 packed buffer of the step's per-request arrays and writes the input ids,
@@ -35,9 +36,8 @@ from torch import nn
 from radixserve.runtime.attention.base import (
     AttentionBackend,
     CascadeGraphState,
-    CascadeGraphStates,
+    DecodeGraphPlanner,
     DecodeGraphState,
-    GraphStates,
 )
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.step import DecodeInputs
@@ -55,7 +55,7 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 
 def supports_graphs(attn: AttentionBackend) -> bool:
-    return isinstance(attn, GraphStates)
+    return attn.decode_graphs() is not None
 
 
 class DecodeGraphs:
@@ -74,11 +74,12 @@ class DecodeGraphs:
         with a backend whose graph states are planned on the device, the graphs then
         build their own inputs (`run_decode`). `cascade`: capture cascade decode graphs too
         (where the backend can: `cascade_graphs`), for an engine that forms prefix groups."""
-        if not isinstance(attn, GraphStates):
+        planner = attn.decode_graphs()
+        if planner is None:
             raise TypeError(f"{type(attn).__name__} has no CUDA-graph decode states")
         self.model = model
         self.attn = attn
-        self.planner: GraphStates = attn  # the same backend, seen as the maker of graph states
+        self.planner: DecodeGraphPlanner = planner
         self.device = device
         self.scratch = scratch_slot
         self.sizes = graph_batch_sizes(max_bs)
@@ -98,15 +99,13 @@ class DecodeGraphs:
         self.cascade_logits: dict[int, torch.Tensor] = {}
         self.cascade_states: dict[int, CascadeGraphState] = {}
         self.max_kv_tokens = max(max_kv_tokens, n)
-        self.tables = tables if attn.device_planned_graphs else None
+        self.tables = tables if planner.device_planned else None
         self.staging: StepFillStaging | None = None
         if self.tables is not None:
             from radixserve.runtime.step_fill import StepFillStaging  # imports triton
 
             self.staging = StepFillStaging(cap=n, device=device)
-        self.cascade_planner = attn if isinstance(attn, CascadeGraphStates) else None
-        self.cascade = cascade and self.tables is not None and attn.cascade_graphs
-        assert not self.cascade or self.cascade_planner is not None
+        self.cascade = cascade and self.tables is not None and planner.cascade_graphs
 
     @property
     def device_inputs(self) -> bool:
@@ -137,8 +136,8 @@ class DecodeGraphs:
             self.graphs[bs], self.logits[bs] = self._capture_one(bs, state, batch, stream, pool)
             self.states[bs] = state
             self.batches[bs] = batch
-            if self.cascade_planner is not None and self.cascade and bs >= 2:
-                cstate = self.cascade_planner.make_cuda_graph_cascade_state(state)
+            if self.cascade and bs >= 2:
+                cstate = self.planner.make_cuda_graph_cascade_state(state)
                 self.cascade_graphs[bs], self.cascade_logits[bs] = self._capture_one(
                     bs, cstate, batch, stream, pool
                 )

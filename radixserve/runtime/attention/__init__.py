@@ -49,7 +49,7 @@ def make_attention_backend(
     "auto" takes FlashInfer when it imports and the pool is a float16/bfloat16
     pool on CUDA, else Triton on a GPU, else the torch reference. Asking for a
     backend that cannot run here raises with the reason. `decode_kernel` picks the
-    FlashInfer backend's decode kernel (see `FlashInferAttention`).
+    FlashInfer backend's decode kernel (see `flashinfer_attention`).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -69,10 +69,11 @@ def make_attention_backend(
         from radixserve.runtime.attention.triton_backend import TritonAttention
 
         return TritonAttention(*args)
-    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention, import_flashinfer
+    from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
+    from radixserve.runtime.attention.flashinfer_plans import import_flashinfer
 
     try:
         import_flashinfer()
     except ImportError as e:
         raise RuntimeError(str(e)) from e
-    return FlashInferAttention(*args, decode_kernel=decode_kernel)
+    return flashinfer_attention(*args, decode_kernel=decode_kernel)

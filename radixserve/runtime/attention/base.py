@@ -7,15 +7,18 @@ every layer: it writes the new tokens' K/V into the pool at
 `batch.out_slots`, then attends each new token to its request's context up to
 and including itself.
 
-A backend that takes part in CUDA-graph decode (runtime/cuda_graph.py) also
-has `GraphStates`' methods: decode states of a fixed batch size, planned
-outside the graph.
+CUDA-graph decode (runtime/cuda_graph.py) is part of the contract:
+`decode_graphs()` gives the backend's `DecodeGraphPlanner` (decode states of a
+fixed batch size, planned outside the graph), or None where decode steps run
+eagerly. A backend made of others says so by composition: `HybridAttention`
+(hybrid.py) runs extend steps on one backend and decode steps, with their
+graphs, on another.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -43,34 +46,30 @@ class CascadeGraphState(DecodeGraphState, Protocol):
     def upload(self, groups: CascadeGroups, prefix_lens: np.ndarray) -> None: ...
 
 
-@runtime_checkable
-class GraphStates(Protocol):
+class DecodeGraphPlanner(Protocol):
     """What decode graphs need of a backend beside `forward`: states of a fixed batch size,
-    planned outside the graph (the FlashInfer backend has them)."""
+    planned outside the graph, and what they can do."""
+
+    @property
+    def device_planned(self) -> bool:
+        """Its states read only device buffers (no host plan per step), so decode graphs may
+        build their own inputs (runtime/cuda_graph.py, `run_decode`)."""
+        ...
+
+    @property
+    def cascade_graphs(self) -> bool:
+        """Cascade decode steps can replay graphs of their own (`make_cuda_graph_cascade_state`)."""
+        ...
 
     def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> DecodeGraphState: ...
 
     def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None: ...
-
-
-@runtime_checkable
-class CascadeGraphStates(GraphStates, Protocol):
-    """...and cascade states beside them (`AttentionBackend.cascade_graphs`)."""
 
     def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState: ...
 
 
 class AttentionBackend(ABC):
     name: str = "base"
-    # Reads a decode batch's `cascade` groups (each shared prefix once per group);
-    # a backend without it computes the same attention from the whole contexts.
-    supports_cascade: bool = False
-    # Its CUDA-graph decode states read only device buffers (no host plan per step), so
-    # decode graphs may build their own inputs (runtime/cuda_graph.py, `run_decode`).
-    device_planned_graphs: bool = False
-    # Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan),
-    # so extend steps may replay CUDA graphs (runtime/extend_graphs.py).
-    graph_extend: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool
@@ -80,10 +79,20 @@ class AttentionBackend(ABC):
         self.scale = scale
 
     @property
-    def cascade_graphs(self) -> bool:
-        """Whether cascade decode steps can replay CUDA graphs (`make_cuda_graph_cascade_state`).
-        Default: no; such steps run eagerly."""
+    def supports_cascade(self) -> bool:
+        """Reads a decode batch's `cascade` groups (each shared prefix once per group);
+        a backend without it computes the same attention from the whole contexts."""
         return False
+
+    @property
+    def graph_extend(self) -> bool:
+        """Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan), so
+        extend steps may replay CUDA graphs (runtime/extend_graphs.py)."""
+        return False
+
+    def decode_graphs(self) -> DecodeGraphPlanner | None:
+        """The maker of this backend's CUDA-graph decode states; None: decode runs eagerly."""
+        return None
 
     def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Load what cascade steps need before the first one (kernels). Default: nothing."""

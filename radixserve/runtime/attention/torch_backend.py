@@ -24,7 +24,10 @@ from radixserve.runtime.forward_batch import ForwardBatch
 
 class TorchAttention(AttentionBackend):
     name = "torch"
-    supports_cascade = True
+
+    @property
+    def supports_cascade(self) -> bool:
+        return True
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host-side offsets, so the per-layer loop slices without device syncs.
