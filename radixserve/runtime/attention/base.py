@@ -6,11 +6,20 @@ its schedule there; others may precompute index tensors); `forward` runs in
 every layer: it writes the new tokens' K/V into the pool at
 `batch.out_slots`, then attends each new token to its request's context up to
 and including itself.
+
+`AttentionOptions` carries what some models add to that: a sliding window
+per layer (a mask over positions: the KV layout stays one slot per token of
+the whole context) and a tanh soft-cap of the logits. A backend says which
+it computes (`supports_windows`, `supports_logit_softcap`); the engine caps
+the context at the smallest window where windows are missing (full attention
+equals windowed attention while no sequence is longer), and refuses a
+soft-capped model on a backend without soft-capping.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
@@ -18,8 +27,33 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
+@dataclass(frozen=True)
+class AttentionOptions:
+    # Per layer: how many latest positions a query sees, its own included (transformers'
+    # `sliding_window`; FlashInfer's `window_left` is one less); None: all. Empty: no windows.
+    windows: tuple[int | None, ...] = ()
+    # Logits become cap * tanh(logits / cap) after scaling, before the mask (Gemma 2).
+    logit_softcap: float | None = None
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    @property
+    def min_window(self) -> int | None:
+        """The smallest window of any layer; None when no layer has one."""
+        sizes = [w for w in self.windows if w is not None]
+        return min(sizes) if sizes else None
+
+    @property
+    def plain(self) -> bool:
+        return self.min_window is None and self.logit_softcap is None
+
+
 class AttentionBackend(ABC):
     name: str = "base"
+    # Computes `AttentionOptions.windows` / `.logit_softcap` (see the module docstring).
+    supports_windows: bool = False
+    supports_logit_softcap: bool = False
     # Reads a decode batch's `cascade` groups (each shared prefix once per group);
     # a backend without it computes the same attention from the whole contexts.
     supports_cascade: bool = False
