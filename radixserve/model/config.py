@@ -22,6 +22,7 @@ from radixserve.runtime.attention.base import AttentionOptions
 
 __all__ = ["ModelConfig", "MoEConfig", "RopeConfig", "plain_hf_config"]
 
+
 @dataclass(frozen=True)
 class ModelConfig:
     architecture: str
@@ -137,7 +138,9 @@ def plain_hf_config(raw: dict[str, Any]) -> Any | None:
     from types import SimpleNamespace
 
     model_type = raw.get("model_type")
-    if model_type not in _PLAIN_TYPES or raw.get("use_sliding_window") or "layer_types" in raw:
+    if model_type not in _PLAIN_TYPES or raw.get("use_sliding_window"):
+        return None
+    if any(t != "full_attention" for t in raw.get("layer_types") or ()):
         return None
     if any(k not in raw for k in _REQUIRED_KEYS + _REQUIRED_BY_TYPE.get(model_type, ())):
         return None

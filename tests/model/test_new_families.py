@@ -141,3 +141,24 @@ def test_unsupported_options_fail_at_load_naming_the_field(
     with pytest.raises(ValueError) as err:
         load_model(tmp_path)
     assert needle in str(err.value)
+
+
+def test_a_backend_without_windows_caps_the_context_at_the_window(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton has no windows yet: full attention equals windowed attention up to the smallest
+    window, so the engine's context stops there; the torch backend keeps the model's whole one.
+    Gemma 2's soft-cap it cannot compute at all: refused, naming the field."""
+    pytest.importorskip("triton")
+    from radixserve import EngineConfig
+    from radixserve.engine_build import build_parts
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the backend build on the CPU
+    helpers.make_tiny_checkpoint("gemma3", tmp_path / "gemma3")
+    base = {"model": str(tmp_path / "gemma3"), "device": "cpu", "kv_cache_tokens": 64}
+    assert build_parts(EngineConfig(**base, attention_backend="triton")).context_length == 8
+    assert build_parts(EngineConfig(**base, attention_backend="torch")).context_length == 512
+    helpers.make_tiny_checkpoint("gemma2", tmp_path / "gemma2")
+    base["model"] = str(tmp_path / "gemma2")
+    with pytest.raises(ValueError, match="attn_logit_softcapping=1.5"):
+        build_parts(EngineConfig(**base, attention_backend="triton"))
