@@ -70,7 +70,7 @@ def read_model_fields(hf: Any, architecture: str | None = None) -> dict[str, Any
         rms_norm_eps=float(hf.rms_norm_eps),
         rope=rope,
         local_rope=local_rope,
-        rotary_dim=_rotary_dim(hf, rope, head_dim),
+        rotary_dim=_rotary_dim(hf, head_dim),
         max_position_embeddings=int(hf.max_position_embeddings),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
         layer_windows=_read_windows(hf, model_type, num_layers),
@@ -221,7 +221,7 @@ def _read_rope(hf: Any, raw: dict[str, Any]) -> RopeConfig:
     return RopeConfig(theta=theta, type=rope_type, params=tuple(sorted(_hashable(params).items())))
 
 
-def _rotary_dim(hf: Any, rope: RopeConfig, head_dim: int) -> int | None:
+def _rotary_dim(hf: Any, head_dim: int) -> int | None:
     params = getattr(hf, "rope_parameters", None) or {}
     factor = params.get("partial_rotary_factor") if isinstance(params, dict) else None
     if factor is None:
