@@ -52,6 +52,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     # One slot more than the allocator hands out: the scratch slot that padded
     # CUDA-graph rows write to.
     pool = KVPool(pool_cfg, num_slots + 1)
+    options = mc.attention_options()
     attn = make_attention_backend(
         cfg.attention_backend,
         pool,
@@ -60,7 +61,11 @@ def _build(cfg: EngineConfig) -> EngineParts:
         mc.head_dim,
         mc.attn_scale,
         decode_kernel=cfg.decode_kernel,
+        options=options,
     )
+    if options.min_window is not None and not attn.supports_windows:
+        # Full attention equals windowed attention while no sequence is longer than the window.
+        context_length = min(context_length, options.min_window)
     allocator = SlotAllocator(num_slots)
     cache = RadixCache(allocator, page_size=cfg.page_size)
     table = ReqToSlotTable(cfg.max_running_requests, context_length + 1, device=device)

@@ -13,11 +13,20 @@ fixed batch size, planned outside the graph), or None where decode steps run
 eagerly. A backend made of others says so by composition: `HybridAttention`
 (hybrid.py) runs extend steps on one backend and decode steps, with their
 graphs, on another.
+
+`AttentionOptions` carries what some models add to that: a sliding window
+per layer (a mask over positions: the KV layout stays one slot per token of
+the whole context) and a tanh soft-cap of the logits. A backend says which
+it computes (`supports_windows`, `supports_logit_softcap`); the engine caps
+the context at the smallest window where windows are missing (full attention
+equals windowed attention while no sequence is longer), and refuses a
+soft-capped model on a backend without soft-capping.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -68,6 +77,28 @@ class DecodeGraphPlanner(Protocol):
     def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState: ...
 
 
+@dataclass(frozen=True)
+class AttentionOptions:
+    # Per layer: how many latest positions a query sees, its own included (transformers'
+    # `sliding_window`; FlashInfer's `window_left` is one less); None: all. Empty: no windows.
+    windows: tuple[int | None, ...] = ()
+    # Logits become cap * tanh(logits / cap) after scaling, before the mask (Gemma 2).
+    logit_softcap: float | None = None
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    @property
+    def min_window(self) -> int | None:
+        """The smallest window of any layer; None when no layer has one."""
+        sizes = [w for w in self.windows if w is not None]
+        return min(sizes) if sizes else None
+
+    @property
+    def plain(self) -> bool:
+        return self.min_window is None and self.logit_softcap is None
+
+
 class AttentionBackend(ABC):
     name: str = "base"
 
@@ -88,6 +119,16 @@ class AttentionBackend(ABC):
     def graph_extend(self) -> bool:
         """Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan), so
         extend steps may replay CUDA graphs (runtime/extend_graphs.py)."""
+        return False
+
+    @property
+    def supports_windows(self) -> bool:
+        """Computes `AttentionOptions.windows` (see the module docstring)."""
+        return False
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        """Computes `AttentionOptions.logit_softcap`."""
         return False
 
     def decode_graphs(self) -> DecodeGraphPlanner | None:
