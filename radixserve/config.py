@@ -7,10 +7,11 @@ global configuration object to reach into.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from radixserve.replicas.config import RouterConfig
 from radixserve.sched.scheduler import SchedulerConfig
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
@@ -105,6 +106,12 @@ class EngineConfig:
     # Compiles that ran past the timeout cannot be stopped: they run on, unwaited for. While
     # this many do, new grammars are refused (a ValueError; cached grammars still serve).
     grammar_max_abandoned: int = 2
+    # Replicas (radixserve/replicas/): None runs one engine. N runs N engines, each with its
+    # own worker thread, on `data_parallel_devices` (else cuda:0..N-1 on a GPU, N times the
+    # CPU), behind one AsyncEngine and a router (`router`); 1 is one engine behind the router.
+    data_parallel_size: int | None = None
+    data_parallel_devices: tuple[str, ...] | None = None
+    router: RouterConfig = field(default_factory=RouterConfig)
 
     def __post_init__(self) -> None:
         for name in (
@@ -151,6 +158,12 @@ class EngineConfig:
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
         _check_grammar_fields(self)
+        _check_replica_fields(self)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether this config runs replicas behind a router (`radixserve.replicas`)."""
+        return self.data_parallel_size is not None or self.data_parallel_devices is not None
 
     @property
     def overlap_enabled(self) -> bool:
@@ -210,3 +223,22 @@ def _check_grammar_fields(cfg: EngineConfig) -> None:
         n = getattr(cfg, name)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"EngineConfig.{name}={n!r}: must be an integer >= 1")
+
+
+def _check_replica_fields(cfg: EngineConfig) -> None:
+    n, devices = cfg.data_parallel_size, cfg.data_parallel_devices
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"EngineConfig.data_parallel_size={n!r}: must be None or an integer >= 1")
+    if devices is not None:
+        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
+            raise ValueError(
+                f"EngineConfig.data_parallel_devices={devices!r}: must be None or device names, "
+                "e.g. ('cuda:0', 'cuda:1')"
+            )
+        if n is not None and n != len(devices):
+            raise ValueError(
+                f"EngineConfig.data_parallel_size={n} but data_parallel_devices names {len(devices)}"
+            )
+        object.__setattr__(cfg, "data_parallel_devices", tuple(devices))  # a list given: frozen as a tuple
+    if not isinstance(cfg.router, RouterConfig):
+        raise TypeError(f"EngineConfig.router must be a RouterConfig, got {type(cfg.router).__name__}")

@@ -47,12 +47,24 @@ from radixserve.submission import complete_many, make_requests
 from radixserve.watchdog import Watchdog
 
 
+def resolve_config(config: EngineConfig | None, overrides: dict[str, Any]) -> EngineConfig:
+    """`config` (default: `EngineConfig()`) with `overrides` of its fields, each of its own type
+    (checked by EngineConfig itself)."""
+    return replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
+
+
 class AsyncEngine:
-    # overrides: EngineConfig's fields, each of its own type (checked by EngineConfig itself)
+    def __new__(cls, config: EngineConfig | None = None, **overrides: Any) -> AsyncEngine:
+        # Replicas (`data_parallel_size`): the same API over N engines and a router, so every
+        # caller (server, blocking facade, tests) takes either without knowing.
+        if cls is AsyncEngine and resolve_config(config, overrides).replicated:
+            from radixserve.replicas.engine import DataParallelEngine
+
+            return object.__new__(DataParallelEngine)
+        return object.__new__(cls)
+
     def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
-        self.config = (
-            replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
-        )
+        self.config = resolve_config(config, overrides)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
         self._sinks = Sinks()
