@@ -1,6 +1,7 @@
 """`radixserve serve`: the HTTP server on one engine (OpenAI-compatible and SGLang-native routes).
 
     radixserve serve --model smollm2-135m-instruct --host 127.0.0.1 --port 8000 --api-key KEY
+    radixserve serve --model /models/llama-3.1-8b --data-parallel-size 8   # a replica per GPU
 
 Loopback by default; binding another address without an API key prints a
 warning. Only the Host names in --allowed-hosts are served (default: localhost,
@@ -31,6 +32,14 @@ def add_serve_parser(sub: Any) -> None:
     )
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N replicas of the model, one per GPU (cuda:0..N-1; N on the CPU), behind a "
+        "cache-aware router (docs/replicas.md)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument(
@@ -96,6 +105,8 @@ def serve_command(args: argparse.Namespace) -> int:
             max_prompt_chars=args.max_prompt_chars,
             max_json_depth=args.max_json_depth,
         )
+        if args.data_parallel_size is not None and args.data_parallel_size < 1:
+            raise ValueError(f"--data-parallel-size {args.data_parallel_size}: must be >= 1")
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port {args.port}: must be in [0, 65535]")
         if args.timeout_keep_alive < 1:
@@ -128,7 +139,14 @@ def serve_command(args: argparse.Namespace) -> int:
         from radixserve.engine import AsyncEngine
         from radixserve.server.runner import run, serve
 
-        engine = AsyncEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype))
+        engine = AsyncEngine(
+            EngineConfig(
+                model=args.model,
+                device=args.device,
+                dtype=args.dtype,
+                data_parallel_size=args.data_parallel_size,
+            )
+        )
 
         def ready(server: Any, url: str) -> None:
             print(
