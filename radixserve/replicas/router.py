@@ -17,8 +17,9 @@ its index is forgotten. Every decision is counted (`RouterStats`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from radixserve.errors import EngineDeadError
 from radixserve.replicas.config import RouterConfig
@@ -57,6 +58,30 @@ class RouterStats:
 
     def as_dict(self) -> dict[str, int]:
         return {f"router_{k}": v for k, v in asdict(self).items()}
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def cache_aware_choice(
+    cfg: RouterConfig,
+    up: Sequence[K],
+    matched: Mapping[K, int],
+    load: Mapping[K, int],
+    size: Mapping[K, int],
+    prompt_len: int,
+) -> tuple[K, Decision]:
+    """The cache-aware rule over live replicas `up` (any keys: indexes here, Ray's replica ids in
+    radixserve.ray): `matched` prompt tokens in each one's index, its `load`, its index's `size`."""
+    best = max(up, key=lambda k: (matched[k], -load[k]))  # equals: the less loaded
+    least = min(up, key=lambda k: (load[k], size[k]))  # equals: the most room for a new prefix
+    m = matched[best]
+    if m == 0 or m < cfg.cache_threshold * prompt_len:
+        return least, Decision.LEAST_LOADED
+    gap = load[best] - load[least]
+    if gap > cfg.balance_abs and load[best] > cfg.balance_rel * load[least]:
+        return least, Decision.BALANCED
+    return best, Decision.PREFIX
 
 
 class Router:
@@ -136,18 +161,10 @@ class Router:
     # ---- policies -------------------------------------------------------------------------
 
     def _cache_aware(self, up: list[int], finds: dict[int, PrefixMatch], n: int) -> tuple[int, Decision]:
-        best = max(up, key=lambda i: (finds[i].length, -self.load[i]))  # equals: the less loaded
-        least = self._least_loaded(up)
-        matched = finds[best].length
-        if matched == 0 or matched < self.cfg.cache_threshold * n:
-            return least, Decision.LEAST_LOADED
-        if self._too_loaded(best, least):
-            return least, Decision.BALANCED
-        return best, Decision.PREFIX
-
-    def _too_loaded(self, a: int, b: int) -> bool:
-        la, lb = self.load[a], self.load[b]
-        return la - lb > self.cfg.balance_abs and la > self.cfg.balance_rel * lb
+        assert self._indexes is not None
+        matched = {i: finds[i].length for i in up}
+        sizes = {i: self._indexes[i].size for i in up}
+        return cache_aware_choice(self.cfg, up, matched, dict(enumerate(self.load)), sizes, n)
 
     def _least_loaded(self, up: list[int]) -> int:
         sizes = [i.size for i in self._indexes] if self._indexes is not None else None
