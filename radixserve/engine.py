@@ -53,11 +53,16 @@ def resolve_config(config: EngineConfig | None, overrides: dict[str, Any]) -> En
     return replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
 
 
+def _wants_replicas(config: EngineConfig | None = None, **overrides: Any) -> bool:
+    return resolve_config(config, overrides).replicated
+
+
 class AsyncEngine:
-    def __new__(cls, config: EngineConfig | None = None, **overrides: Any) -> AsyncEngine:
+    def __new__(cls, *args: Any, **kwargs: Any) -> AsyncEngine:
         # Replicas (`data_parallel_size`): the same API over N engines and a router, so every
-        # caller (server, blocking facade, tests) takes either without knowing.
-        if cls is AsyncEngine and resolve_config(config, overrides).replicated:
+        # caller (server, blocking facade, tests) takes either without knowing. (Subclasses
+        # have constructors of their own: only AsyncEngine's arguments are read.)
+        if cls is AsyncEngine and _wants_replicas(*args, **kwargs):
             from radixserve.replicas.engine import DataParallelEngine
 
             return object.__new__(DataParallelEngine)

@@ -27,18 +27,19 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from radixserve.chat_output import ChatRewriter
-from radixserve.chat_plan import ChatOptions, ChatParsers, prepare_chat
+from radixserve.chat_plan import ChatOptions, ChatParsers
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.engine import AsyncEngine, resolve_config
 from radixserve.errors import WRONG_LOOP, EngineDeadError
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import JsonObject, Prompt, tokenize_prompt
+from radixserve.prompts import JsonObject, Prompt
 from radixserve.replicas.devices import replica_configs
+from radixserve.replicas.prepare import prepare_request
 from radixserve.replicas.router import Placement, Router
 from radixserve.replicas.stats import merge_stats
 from radixserve.sampling_params import SamplingParams
-from radixserve.submission import check_prompt_ids, complete_many
+from radixserve.submission import complete_many
 
 
 class DataParallelEngine(AsyncEngine):
@@ -240,16 +241,12 @@ class DataParallelEngine(AsyncEngine):
     def _prepare(
         self, prompt: Prompt, params: SamplingParams, options: ChatOptions
     ) -> tuple[list[int], SamplingParams, ChatRewriter | None]:
-        """The prompt's token ids (chat rendered with its tools) and the params to run them with."""
         self._check_alive()
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        prompt, params, rewrite = prepare_chat(self.tokenizer, self.chat_parsers, prompt, params, options)
-        ids = tokenize_prompt(self.tokenizer, prompt)
         assert self.loaded is not None
-        # Here as well as in the replica: a prompt it would refuse must not reach the router's index.
-        check_prompt_ids(ids, self.context_length, self.loaded.config.vocab_size)
-        return ids, params, rewrite
+        vocab = self.loaded.config.vocab_size
+        return prepare_request(
+            self.tokenizer, self.chat_parsers, self.context_length, vocab, prompt, params, options
+        )
 
     def _place(
         self, ids: list[int], params: SamplingParams, request_id: str | None, extra_key: str | None

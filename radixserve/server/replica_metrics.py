@@ -27,8 +27,12 @@ class ReplicaCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats
-        if "replicas" not in s:
-            return
+        if "router_decisions_prefix" in s:  # the in-process router's (radixserve.ray's are Ray metrics)
+            yield from self._router(s)
+        if "replica0_healthy" in s:
+            yield from self._replicas(s)
+
+    def _router(self, s: Mapping[str, int | float]) -> Iterator[Metric]:
         decisions = CounterMetricFamily(
             "radixserve_router_decisions", "Requests routed, by the router's reason", labels=["decision"]
         )
@@ -45,6 +49,8 @@ class ReplicaCollector(Collector):
             "Tokens the router's prefix index holds (all replicas)",
             value=s["router_index_tokens"],
         )
+
+    def _replicas(self, s: Mapping[str, int | float]) -> Iterator[Metric]:
         healthy = GaugeMetricFamily(
             "radixserve_replica_healthy", "1 while the replica serves", labels=["replica"]
         )
