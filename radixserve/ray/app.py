@@ -27,6 +27,7 @@ from radixserve.config import EngineConfig
 from radixserve.ray.ingress import Ingress, ServerOptions
 from radixserve.ray.replica import EngineReplica
 from radixserve.server.app import LOOPBACK_HOSTS
+from radixserve.server.limits import ServerLimits
 
 ENGINE_DEPLOYMENT = "radixserve-engine"
 INGRESS_DEPLOYMENT = "radixserve"
@@ -42,13 +43,14 @@ def build_app(
     model_name: str | None = None,
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS,
     cors_origins: tuple[str, ...] = (),
+    limits: ServerLimits | None = None,
     ingress_options: dict[str, Any] | None = None,
     **deployment_options: Any,  # Ray Serve's deployment options, as Ray types them
 ) -> Application:
     """A Ray Serve application of `num_replicas` engines of `config` and an ingress.
 
     `prefix_router=False` leaves Ray Serve's default request router (power of two choices)
-    in place, to compare against. `api_key` ... `cors_origins` are `create_app`'s; the
+    in place, to compare against. `api_key` ... `limits` are `create_app`'s; the
     ingress's own Ray options go in `ingress_options`. Replicas ask for one GPU each
     (`ray_actor_options={"num_gpus": 1}`) unless `config.device` is "cpu" or the options say
     otherwise, and take up to `config.max_running_requests` requests at once."""
@@ -69,9 +71,17 @@ def build_app(
         }
         options["request_router_config"] = RequestRouterConfig(**router)
     engines = _deployment(EngineReplica).options(name=ENGINE_DEPLOYMENT, **options).bind(config)
-    server = ServerOptions(api_key, model_name, tuple(allowed_hosts), tuple(cors_origins))
+    server = ServerOptions(
+        api_key, model_name, tuple(allowed_hosts), tuple(cors_origins), limits or ServerLimits()
+    )
     ingress_cls = serve.ingress()(Ingress)
-    ingress_opts = {"max_ongoing_requests": 1024, **(ingress_options or {})}
+    # No CPU reserved for the ingress (as for Serve's own proxy): on a small machine every
+    # core can go to a replica.
+    ingress_opts = {
+        "max_ongoing_requests": 1024,
+        "ray_actor_options": {"num_cpus": 0},
+        **(ingress_options or {}),
+    }
     ingress = _deployment(ingress_cls).options(name=INGRESS_DEPLOYMENT, **ingress_opts)
     return ingress.bind(engines, config, server)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from radixserve.ray.replica import ReplicaInfo
 from radixserve.replicas.prepare import prepare_request
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.app import LOOPBACK_HOSTS, create_app
+from radixserve.server.limits import ServerLimits
 from radixserve.submission import complete_many
 
 MAINTENANCE_TIMEOUT_S = 60.0
@@ -46,6 +47,7 @@ class ServerOptions:
     model_name: str | None = None
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     cors_origins: tuple[str, ...] = ()
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 class ServeEngine(AsyncEngine):
@@ -240,6 +242,7 @@ class Ingress:
         return create_app(
             self.engine,
             api_key=s.api_key,
+            limits=s.limits,
             model_name=s.model_name,
             allowed_hosts=s.allowed_hosts,
             cors_origins=s.cors_origins,

@@ -2,6 +2,7 @@
 
     radixserve serve --model smollm2-135m-instruct --host 127.0.0.1 --port 8000 --api-key KEY
     radixserve serve --model /models/llama-3.1-8b --data-parallel-size 8   # a replica per GPU
+    radixserve serve --model /models/llama-3.1-8b --ray --replicas 8       # on Ray Serve
 
 Loopback by default; binding another address without an API key prints a
 warning. Only the Host names in --allowed-hosts are served (default: localhost,
@@ -20,7 +21,10 @@ import argparse
 import ipaddress
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from radixserve.server.limits import ServerLimits
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -39,6 +43,17 @@ def add_serve_parser(sub: Any) -> None:
         metavar="N",
         help="N replicas of the model, one per GPU (cuda:0..N-1; N on the CPU), behind a "
         "cache-aware router (docs/replicas.md)",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve on Ray Serve (the ray extra): --replicas engines behind a prefix-affinity router",
+    )
+    p.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: engine replicas")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --ray: a Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -107,6 +122,12 @@ def serve_command(args: argparse.Namespace) -> int:
         )
         if args.data_parallel_size is not None and args.data_parallel_size < 1:
             raise ValueError(f"--data-parallel-size {args.data_parallel_size}: must be >= 1")
+        if args.replicas < 1:
+            raise ValueError(f"--replicas {args.replicas}: must be >= 1")
+        if args.ray and args.data_parallel_size is not None:
+            raise ValueError("--ray runs --replicas engines: leave --data-parallel-size out")
+        if (args.replicas != 1 or args.ray_address) and not args.ray:
+            raise ValueError("--replicas and --ray-address go with --ray")
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port {args.port}: must be in [0, 65535]")
         if args.timeout_keep_alive < 1:
@@ -134,6 +155,8 @@ def serve_command(args: argparse.Namespace) -> int:
             "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
             file=sys.stderr,
         )
+    if args.ray:
+        return _serve_on_ray(args, limits)
     try:
         from radixserve.config import EngineConfig
         from radixserve.engine import AsyncEngine
@@ -173,6 +196,25 @@ def serve_command(args: argparse.Namespace) -> int:
             )
         )
     except KeyboardInterrupt:  # during start-up, before the server's own handlers
+        return 130
+    except Exception as e:
+        if os.environ.get("RADIXSERVE_DEBUG"):
+            raise
+        return _fail(_one_line(e), EXIT_RUNTIME)
+    print("radixserve: stopped", file=sys.stderr)
+    return 0
+
+
+def _serve_on_ray(args: argparse.Namespace, limits: ServerLimits) -> int:
+    from radixserve.cli import EXIT_RUNTIME, EXIT_USAGE, _fail, _one_line
+
+    try:
+        from radixserve.ray.cli import serve_on_ray
+    except ImportError as e:
+        return _fail(f"--ray needs Ray Serve: pip install 'radixserve[ray]' ({e})", EXIT_USAGE)
+    try:
+        serve_on_ray(args, limits)
+    except KeyboardInterrupt:
         return 130
     except Exception as e:
         if os.environ.get("RADIXSERVE_DEBUG"):

@@ -126,3 +126,29 @@ def test_openai_client_through_ray_serve_and_the_prefix_router(ray_serve: str) -
     for name, n in cached.items():
         print(f"{name:<24} cached prompt tokens {n:>6}  ({n / ideal:.3f} of the ideal {ideal})")
     assert cached["prefix-affinity router"] > cached["Ray's default router"]
+
+
+def test_radixserve_serve_ray_as_a_user_starts_it() -> None:
+    """`radixserve serve --ray --replicas 2`: its own local Ray, answers, stops on Ctrl-C."""
+    import signal
+
+    import httpx
+    from server.conftest import start_serve
+
+    proc, url = start_serve("k", "--ray", "--replicas", "2")
+    try:
+        assert proc.stderr is not None
+        body = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        headers = {"authorization": "Bearer k"}
+        r = httpx.post(f"{url}/v1/completions", json=body, headers=headers, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 4
+        assert httpx.post(f"{url}/v1/completions", json=body, timeout=120).status_code == 401
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(120) == 0, rest
+        assert "radixserve: stopped" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
