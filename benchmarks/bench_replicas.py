@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -39,7 +38,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Request, environment, print_table, record, w1_requests, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Request,
+    environment,
+    print_table,
+    record,
+    w1_requests,
+    w8_requests,
+    write_results,
+)
 
 from radixserve import AsyncEngine, EngineConfig, SamplingParams  # noqa: E402
 from radixserve.replicas.config import RouterConfig  # noqa: E402
@@ -47,19 +54,6 @@ from radixserve.replicas.config import RouterConfig  # noqa: E402
 
 def log(msg: str) -> None:
     print(f"[bench_replicas] {msg}", file=sys.stderr, flush=True)
-
-
-def w8_requests(
-    groups: int, per_group: int, prefix: int, question: int, vocab: int, seed: int = 0
-) -> list[list[int]]:
-    """W8: the prefixes of every group first, then each request's own ids, in arrival order."""
-    rng = random.Random(seed)
-    prefixes = [[rng.randint(0, vocab - 1) for _ in range(prefix)] for _ in range(groups)]
-    return [
-        prefixes[g] + [rng.randint(0, vocab - 1) for _ in range(question)]
-        for _ in range(per_group)
-        for g in range(groups)
-    ]
 
 
 def greedy(n: int) -> SamplingParams:
