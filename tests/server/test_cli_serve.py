@@ -57,6 +57,8 @@ def test_serve_bad_arguments_and_missing_model(capsys: pytest.CaptureFixture[str
     assert main(["serve", "--port", "70000"]) == 2
     assert main(["serve", "--max-queued-requests", "0"]) == 2
     assert main(["serve", "--data-parallel-size", "0"]) == 2
+    assert main(["serve", "--replicas", "2"]) == 2  # without --ray
+    assert main(["serve", "--ray", "--replicas", "0"]) == 2
     assert main(["serve", "--model", "/nonexistent/model", "--port", "0"]) == 1  # a one-line error, exit 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("radixserve: error: model '/nonexistent/model' not found")
