@@ -49,7 +49,7 @@ from common import (  # noqa: E402
 )
 
 from radixserve import AsyncEngine, EngineConfig, SamplingParams  # noqa: E402
-from radixserve.replicas.config import RouterConfig  # noqa: E402
+from radixserve.config import RouterConfig  # noqa: E402
 
 
 def log(msg: str) -> None:

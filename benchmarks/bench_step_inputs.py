@@ -88,9 +88,14 @@ def bench_sampler(bs: int, vocab: int, iters: int, device: torch.device) -> list
 
 
 class _PlanStub:
-    """Stands in for FlashInfer's plan: keeps the batch the graph would be planned with."""
+    """Stands in for FlashInfer's decode: keeps the batch the graph would be planned with."""
 
     batch: Any = None
+    device_planned = False
+    cascade_graphs = False
+
+    def decode_graphs(self) -> _PlanStub:
+        return self
 
     def plan_cuda_graph(self, state: Any, batch: Any) -> None:
         self.batch = batch

@@ -141,8 +141,8 @@ def provenance(root: Path = ROOT) -> dict[str, Any]:
             out.update(commit=env, commit_source=f"env {COMMIT_ENV} (no git here; not verified)")
     env = os.environ.get(COMMIT_ENV, "").strip()
     if env and out["commit_source"] == "git" and env != out["commit"]:
-        # The device machine's copy of the tree carries a stale .git (the session's first
-        # commit), so its HEAD is not what ran: keep what the caller says beside it, to be
+        # The device machine's copy of the tree carries a stale .git (the commit it was first
+        # copied at), so its HEAD is not what ran: keep what the caller says beside it, to be
         # checked against source_sha256.
         out["env_commit"] = env
     out["source_sha256"] = source_hash(root)

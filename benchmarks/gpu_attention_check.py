@@ -99,11 +99,11 @@ def make_backend(kind: str, pool: KVPool, shape: Shape) -> AttentionBackend:
         from radixserve.runtime.attention.triton_backend import TritonAttention
 
         return TritonAttention(*args)
-    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention
+    from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
 
     # "flashinfer" picks tensor cores by group size (>= 4: both shapes here);
     # "flashinfer-cc" forces the CUDA-core decode kernel, to compare.
-    return FlashInferAttention(*args, decode_tensor_cores=False if kind == "flashinfer-cc" else None)
+    return flashinfer_attention(*args, decode_tensor_cores=False if kind == "flashinfer-cc" else None)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -12,8 +12,8 @@ On a CPU, a smoke run of every section with a tiny random Llama (seconds):
 `--only w5,pages,...` picks sections (names below). Each record is one JSON
 line in `<out>/h200.jsonl` (`suite_cpu.jsonl` on the CPU, `_quick` added
 for --quick), written as it is measured, with the commit and dirty flag the
-script takes itself; a table of every figure is printed last and written
-beside it (`.table.md`). Workloads are those of BENCHMARKS.md ("Workloads");
+script takes itself and the command line that ran it; a table of every figure
+is printed last and written beside it (`.table.md`). Workloads are those of BENCHMARKS.md ("Workloads");
 the transformers peer runs in the same process on the same weights.
 
 Sections (model; seconds on one H200, estimated from earlier runs):
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -162,6 +163,10 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out) / f"{args.name or stem}.jsonl"
     rec = Recorder([out], target.device, target.dtype, args.quick)
     head = rec.head
+    # The command that reproduces these records (from the repository root; on the GPU machine
+    # after `source scripts/gpu_env.sh`).
+    ran = sys.argv[1:] if argv is None else argv
+    head["command"] = shlex.join(["python3", "benchmarks/gpu_suite.py", *ran])
     if target.overrides:
         head["engine_overrides"] = dict(target.overrides)
     print(f"suite: {target}, commit {head['commit']} ({head['commit_source']}, dirty={head['dirty']})")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from radixserve.version import __version__ as __version__
+
 _EXPORTS = {
     "AnyioEngine": "radixserve.anyio_engine",
     "AsyncEngine": "radixserve.engine",
@@ -41,7 +43,6 @@ __all__ = [
     "TokenLogprob",
     "Usage",
 ]
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from radixserve.anyio_engine import AnyioEngine

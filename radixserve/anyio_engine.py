@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from radixserve.event_loops import new_event_loop
+
 if TYPE_CHECKING:
     from radixserve.config import EngineConfig
     from radixserve.engine import AsyncEngine, Prompt
@@ -81,8 +83,6 @@ class AnyioEngine:
         return self
 
     def _start_blocking(self) -> None:
-        from radixserve.server.runner import new_event_loop
-
         loop = new_event_loop()
         self._thread = threading.Thread(target=loop.run_forever, name="radixserve-loop", daemon=True)
         self._thread.start()

@@ -5,6 +5,7 @@
     echo "Summarize: ..." | radixserve generate - --chat
     radixserve chat --system "You are terse."     # /reset clears the history, /exit or EOF ends
     radixserve serve --port 8000 --api-key KEY    # HTTP: OpenAI-compatible and SGLang-native
+    radixserve serve --ray --replicas 4           # ... on Ray Serve, replicas by prefix affinity
 
 Both run on the embedded default model unless `--model` names another (a
 Hugging Face folder, a .gguf file or `dummy:<shape>`). The command runs one
@@ -62,7 +63,7 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from radixserve import __version__
+    from radixserve.version import __version__
 
     parser = _Parser(prog="radixserve", description="Run an LLM in the terminal with radixserve.")
     parser.add_argument("--version", action="version", version=f"radixserve {__version__}")
@@ -91,9 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     if args.command == "serve":
-        from radixserve.server.cli_serve import serve_command
-
-        return serve_command(args)
+        return _serve(args)
     try:
         params = _sampling_params(args)
         _check_device(args.device)
@@ -114,6 +113,32 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RADIXSERVE_DEBUG"):
             raise
         return _fail(_one_line(e), EXIT_RUNTIME)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from radixserve.server.cli_serve import check_serve_args, serve_command
+
+    try:
+        limits = check_serve_args(args)
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
+    if args.ray:
+        try:  # radixserve.ray: the ray extra
+            from radixserve.ray.cli import serve_on_ray
+        except ImportError as e:
+            return _fail(f"--ray needs Ray Serve: pip install 'radixserve[ray]' ({e})", EXIT_USAGE)
+    try:
+        if args.ray:
+            serve_on_ray(args, limits)
+        else:
+            serve_command(args, limits)
+    except KeyboardInterrupt:  # during start-up, before the server's own handlers
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if os.environ.get("RADIXSERVE_DEBUG"):
+            raise
+        return _fail(_one_line(e), EXIT_RUNTIME)
+    return 0
 
 
 def _fail(message: str, code: int) -> int:

@@ -11,8 +11,46 @@ from dataclasses import dataclass, field
 
 import torch
 
-from radixserve.replicas.config import RouterConfig
-from radixserve.sched.scheduler import SchedulerConfig
+from radixserve.sched.config import SchedulerConfig
+
+ROUTER_POLICIES = ("cache_aware", "round_robin", "least_loaded")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How an engine of replicas spreads requests (`EngineConfig.router`; radixserve/replicas/)."""
+
+    # "cache_aware": to the replica that holds the longest prefix of the prompt, unless it is
+    # too loaded (below); "round_robin": in turn; "least_loaded": fewest requests in flight.
+    policy: str = "cache_aware"
+    # A prefix counts when it covers at least this share of the prompt (SGLang's router's
+    # default); below it the least loaded replica takes the request, spreading new prefixes.
+    cache_threshold: float = 0.5
+    # The prefix's replica is too loaded when its requests in flight exceed the least loaded
+    # replica's by more than `balance_abs` and by more than a factor `balance_rel` (both: a
+    # small absolute gap is noise, a small ratio at high load costs little queueing).
+    balance_abs: int = 32
+    balance_rel: float = 1.5
+    # Tokens the router's index remembers per replica; None: the replica's KV pool size (its
+    # radix cache can never hold more).
+    index_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in ROUTER_POLICIES:
+            raise ValueError(f"RouterConfig.policy={self.policy!r}: use one of {', '.join(ROUTER_POLICIES)}")
+        t = self.cache_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"RouterConfig.cache_threshold={t!r}: must be a share in [0, 1]")
+        a = self.balance_abs
+        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
+            raise ValueError(f"RouterConfig.balance_abs={a!r}: must be an integer >= 0")
+        r = self.balance_rel
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 1.0 <= r < float("inf"):
+            raise ValueError(f"RouterConfig.balance_rel={r!r}: must be a factor >= 1")
+        n = self.index_tokens
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"RouterConfig.index_tokens={n!r}: must be None or an integer >= 1")
+
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
 CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
@@ -83,13 +121,12 @@ class EngineConfig:
     # None (the default): on where cascade steps replay CUDA graphs (a CUDA device with the
     # Triton decode and `cuda_graph`, the GPU default), off elsewhere. On the H200 it made W2
     # 1.08x and W5's decode steps 1.14x / 1.59x faster and left the step period of batches
-    # that share nothing unchanged (BENCHMARKS.md, session 9); eager cascade steps cost more
+    # that share nothing unchanged (BENCHMARKS.md, the H200 suite); eager cascade steps cost more
     # host time than they save, and the CPU keeps transformers' plain attention arithmetic.
     cascade_attention: bool | None = None
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
     decode_reserve_ratio: float = 0.25
-    seed: int = 0
     # Chat outputs (radixserve/chat_plan.py): the tool-call format, "auto" for the chat
     # template's (the default tool prompt's Hermes format when it has none) or a name of
     # `radixserve.tools.tool_parser_names()`; the reasoning block's, "auto" for "qwen3" when

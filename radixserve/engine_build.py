@@ -52,6 +52,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     # One slot more than the allocator hands out: the scratch slot that padded
     # CUDA-graph rows write to.
     pool = KVPool(pool_cfg, num_slots + 1)
+    options = mc.attention_options()
     attn = make_attention_backend(
         cfg.attention_backend,
         pool,
@@ -60,7 +61,11 @@ def _build(cfg: EngineConfig) -> EngineParts:
         mc.head_dim,
         mc.attn_scale,
         decode_kernel=cfg.decode_kernel,
+        options=options,
     )
+    if options.min_window is not None and not attn.supports_windows:
+        # Full attention equals windowed attention while no sequence is longer than the window.
+        context_length = min(context_length, options.min_window)
     allocator = SlotAllocator(num_slots)
     cache = RadixCache(allocator, page_size=cfg.page_size)
     table = ReqToSlotTable(cfg.max_running_requests, context_length + 1, device=device)
@@ -93,7 +98,8 @@ def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:
     """Whether the engine's cascade decode steps would replay CUDA graphs (what
     `cascade_attention=None` turns grouping on for)."""
     on_gpu = cfg.cuda_graph and cfg.torch_device().type == "cuda"
-    return on_gpu and attn.cascade_graphs
+    planner = attn.decode_graphs()
+    return on_gpu and planner is not None and planner.cascade_graphs
 
 
 def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: torch.device, context_length: int) -> int:

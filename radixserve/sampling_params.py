@@ -181,8 +181,3 @@ def _check_float(p: SamplingParams, name: str, low: float, high: float, low_open
     # Stored as a float: an int the caller passed is converted once, here.
     object.__setattr__(p, name, V.check_float(name, getattr(p, name), low, high, low_open))
 
-
-def as_stop_tuple(stop: str | Sequence[str] | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    return (stop,) if isinstance(stop, str) else tuple(stop)

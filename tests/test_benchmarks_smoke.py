@@ -224,6 +224,7 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     for r in recs:
         assert r["commit_source"] == "git" and len(r["commit"]) == 40 and isinstance(r["dirty"], bool)
         assert r["device"] == "cpu" and r["dtype"] == "float32" and r["quick"] is True
+        assert r["command"].startswith("python3 benchmarks/gpu_suite.py --quick --device cpu")
     workloads = {r["workload"] for r in recs}
     assert workloads == {"correctness", "W1", "W1-peer", "W2", "W3", "W4", "W5", "host", "pages", "chunks"}
 
@@ -300,3 +301,32 @@ def test_step_probe_finds_its_hooks_or_falls_back() -> None:
         assert (step.kv_tokens, step.kv_lens, step.num_tokens) == (9, [4, 5], 2)
         assert probe.missing == ([] if hooks else ["Worker._finish_step (wait not measured)"])
     assert calls == ["l", "p", "l", "p"]
+
+
+def test_results_cited_in_the_docs_exist() -> None:
+    """BENCHMARKS.md, the README and docs/ cite results files that exist; the results folder
+    keeps the current records only (at most 40 files; git history keeps the rest)."""
+    import re
+
+    root = BENCHMARKS.parent
+    results = root / "benchmarks" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert len(files) <= 40, len(files)
+    names = {p.name for p in files}
+    missing = []
+    for doc in [root / "BENCHMARKS.md", root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for m in re.finditer(r"benchmarks/results/([\w.\-/]+)", text):
+            rel = m.group(1).rstrip(".")
+            cited = rel and not rel.endswith("/") and text[m.end() : m.end() + 1] not in "<{"
+            if cited and not (results / rel).exists():
+                missing.append(f"{doc.name}: benchmarks/results/{rel}")
+        if doc.name == "BENCHMARKS.md":  # bare names of result files, and dated run folders
+            for m in re.finditer(r"`([\w.\-/]+\.(?:json|jsonl|log|txt))`", text):
+                name = m.group(1)
+                if not name.startswith(("/", "$", "../")) and name.split("/")[-1] not in names:
+                    missing.append(f"{doc.name}: {name}")
+            for m in re.finditer(r"`(\d{4}-\d\d-\d\d-[0-9a-f]{7,})/", text):
+                if not (results / m.group(1)).is_dir():
+                    missing.append(f"{doc.name}: {m.group(1)}/")
+    assert not missing, missing

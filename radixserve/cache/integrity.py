@@ -7,16 +7,31 @@ whole tree and bincounts every slot, so it is for tests and debugging, never the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from radixserve.cache.radix_tree import RadixCache
+from radixserve.cache.allocator import SlotAllocator
+from radixserve.cache.tree_node import TreeNode
 
 
-def check_tree(cache: RadixCache, live_slots: Iterable[torch.Tensor] = ()) -> None:
+class CheckedTree(Protocol):
+    """What the check reads of a `RadixCache` (radix_tree.py imports this module, not the reverse)."""
+
+    root: TreeNode
+    page_size: int
+    allocator: SlotAllocator
+    num_nodes: int
+    evictable_size: int
+    protected_size: int
+
+
+def check_tree(
+    cache: CheckedTree, heap_entries: set[tuple[int, int]], live_slots: Iterable[torch.Tensor] = ()
+) -> None:
     """Raise AssertionError unless `cache` and its allocator agree.
+
+    `heap_entries`: (last access, node id) of every leaf in the eviction heap.
 
     `live_slots`: the slots running requests own and have not inserted
     (not their matched prefixes, which the tree owns). Checks that every
@@ -26,7 +41,6 @@ def check_tree(cache: RadixCache, live_slots: Iterable[torch.Tensor] = ()) -> No
     children, and that every evictable leaf is in the eviction heap.
     """
     root, page_size = cache.root, cache.page_size
-    heap_entries = cache._leaves.entries()
     evictable = protected = nodes = 0
     tree_parts: list[torch.Tensor] = []
     stack = [root]
@@ -66,7 +80,7 @@ def check_tree(cache: RadixCache, live_slots: Iterable[torch.Tensor] = ()) -> No
     _check_slots(cache, tree_parts, list(live_slots))
 
 
-def _check_slots(cache: RadixCache, tree_parts: list[torch.Tensor], live_parts: list[torch.Tensor]) -> None:
+def _check_slots(cache: CheckedTree, tree_parts: list[torch.Tensor], live_parts: list[torch.Tensor]) -> None:
     allocator = cache.allocator
     num_slots = allocator.num_slots
     groups = {"free": [allocator.free_slots()], "tree": tree_parts, "live": live_parts}

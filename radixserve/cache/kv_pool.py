@@ -34,9 +34,6 @@ class KVPoolConfig:
         elem = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem
 
-    def slots_for_budget(self, num_bytes: int) -> int:
-        return max(0, num_bytes // self.bytes_per_slot)
-
 
 class KVPool:
     def __init__(self, config: KVPoolConfig, num_slots: int) -> None:
@@ -48,10 +45,6 @@ class KVPool:
         new = torch.empty if torch.device(config.device).type == "cpu" else torch.zeros
         self.k = [new(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
         self.v = [new(shape, dtype=config.dtype, device=config.device) for _ in range(config.num_layers)]
-
-    @classmethod
-    def from_budget(cls, config: KVPoolConfig, num_bytes: int) -> KVPool:
-        return cls(config, config.slots_for_budget(num_bytes))
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the K/V of new tokens (`[T, H, D]`) at `slots` (`[T]`)."""

@@ -276,7 +276,7 @@ class RadixCache:
         `live_slots`: the slots running requests own and have not inserted
         (not their matched prefixes, which the tree owns).
         """
-        check_tree(self, live_slots)
+        check_tree(self, self._leaves.entries(), live_slots)
 
     # ---- internals ------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from radixserve.runtime.host import to_device
+from radixserve.host_copy import to_device
 
 
 class ReqToSlotTable:

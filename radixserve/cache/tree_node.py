@@ -43,10 +43,6 @@ class TreeNode:
     def length(self) -> int:
         return len(self.key)
 
-    @property
-    def is_leaf(self) -> bool:
-        return not self.children
-
     def __repr__(self) -> str:
         head = ", ".join(map(str, self.key[:8])) + (", …" if len(self.key) > 8 else "")
         return f"TreeNode(id={self.id}, key=({head}), len={len(self.key)}, lock_ref={self.lock_ref})"

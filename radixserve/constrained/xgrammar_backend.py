@@ -40,7 +40,6 @@ from radixserve.constrained.grammar_analysis import analyze
 from radixserve.constrained.json_schema import prepare
 from radixserve.constrained.regex_rewrite import optional_groups
 from radixserve.constrained.spec import GrammarSpec
-from radixserve.model.text_tokenizer import transformers_tokenizer
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")  # "[08:34:09] /project/cpp/x.cc:94: "
 JUMP_BUDGET_S = 0.05  # one forced-string search slower than this ends jump-forward for its matcher
@@ -150,7 +149,7 @@ class XGrammarMatcher:
 
 class XGrammarBackend:
     def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Iterable[int], threads: int = 2) -> None:
-        tokenizer = transformers_tokenizer(tokenizer)  # xgrammar reads transformers' tokenizer
+        """`tokenizer`: a transformers tokenizer (xgrammar reads it)."""
         self.vocab_size = vocab_size
         self.info = tokenizer_info(tokenizer, vocab_size, stop_ids)
         # Our GrammarCache is the (bounded) cache: xgrammar's own would grow without limit.

@@ -19,7 +19,6 @@ from radixserve.lang.backend import Backend
 T = TypeVar("T")
 _bg: asyncio.AbstractEventLoop | None = None
 _bg_lock = threading.Lock()
-_NOT_RUNNING = "the engine's event loop is not running (the engine outlived the loop it started in)"
 
 
 def background_loop() -> asyncio.AbstractEventLoop:

@@ -5,17 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from radixserve.model.config import DEFAULT_ARCHITECTURE
-from radixserve.model.llama import LlamaForCausalLM
+from radixserve.model.decoder import DecoderForCausalLM
+from radixserve.model.hf_read import DEFAULT_ARCHITECTURE
 
-# One module tree serves the whole Llama family; the variants are config options.
-MODEL_REGISTRY: Mapping[str, type[LlamaForCausalLM]] = MappingProxyType(
-    {
-        "LlamaForCausalLM": LlamaForCausalLM,
-        "MistralForCausalLM": LlamaForCausalLM,
-        "Qwen2ForCausalLM": LlamaForCausalLM,
-        "Qwen3ForCausalLM": LlamaForCausalLM,
-    }
+# One module tree serves every family; the variants are config options (config.py).
+MODEL_REGISTRY: Mapping[str, type[DecoderForCausalLM]] = MappingProxyType(
+    {name: DecoderForCausalLM for name in DEFAULT_ARCHITECTURE.values()}
 )
 
 
@@ -29,7 +24,7 @@ def supported_architectures() -> list[str]:
 
 def resolve_architecture(
     architectures: Sequence[str] | None, model_type: str | None = None
-) -> tuple[str, type[LlamaForCausalLM]]:
+) -> tuple[str, type[DecoderForCausalLM]]:
     """The first supported name in `architectures` and its class."""
     names = list(architectures or [])
     if not names and model_type in DEFAULT_ARCHITECTURE:

@@ -2,7 +2,8 @@
 
 Checkpoint tensors are streamed one at a time with `safe_open` (never the
 whole file in memory), renamed to ours (q/k/v and gate/up land in their rows
-of the fused projections), shape-checked and copied, casting to the model's
+of the fused projections, each expert in its slice of the stacked expert
+weights), shape-checked and copied, casting to the model's
 dtype and device. A whole CPU parameter of the checkpoint's dtype is not
 copied: it keeps the tensor `safe_open` maps from the file (private,
 copy-on-write), so pages are read once, when first used, instead of copied
@@ -26,6 +27,7 @@ from torch import nn
 
 from radixserve.model.fused_views import fused_views
 from radixserve.model.layers import FusedLinear, RMSNorm
+from radixserve.model.moe import MoEExperts
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,30 +67,39 @@ def iter_checkpoint(files: list[Path]) -> Iterator[tuple[Path, str, torch.Tensor
 
 
 class _Target:
-    """Where one checkpoint tensor goes: a whole parameter or one part's rows of a fused one."""
+    """Where one checkpoint tensor goes: a whole parameter, one part's rows of a fused
+    one, or one expert's slice (and rows) of a stacked one."""
 
-    def __init__(self, param: nn.Parameter, rows: slice | None) -> None:
+    def __init__(self, param: nn.Parameter, rows: slice | None, expert: int | None = None) -> None:
         self.param = param
         self.rows = rows
+        self.expert = expert
 
     def view(self) -> torch.Tensor:
-        return self.param.data if self.rows is None else self.param.data[self.rows]
+        t = self.param.data if self.expert is None else self.param.data[self.expert]
+        return t if self.rows is None else t[self.rows]
 
 
 def _targets(model: nn.Module) -> dict[str, _Target]:
     """Checkpoint name -> destination, for every tensor the model expects."""
     packed: dict[str, tuple[str, str]] = getattr(model, "packed_modules", {})
+    renames: dict[str, str] = getattr(model, "module_renames", {})
     unpacked = {(fused, part): hf for hf, (fused, part) in packed.items()}
     targets: dict[str, _Target] = {}
     for mod_name, module in model.named_modules():
+        hf_mod = ".".join(renames.get(part, part) for part in mod_name.split("."))
+        if isinstance(module, MoEExperts):
+            for name, p_name, expert, rows in module.checkpoint_parts():
+                targets[f"{hf_mod}.{name}"] = _Target(getattr(module, p_name), rows, expert)
+            continue
         for p_name, param in module.named_parameters(recurse=False):
-            if isinstance(module, FusedLinear):
-                prefix, _, fused = mod_name.rpartition(".")
+            if isinstance(module, FusedLinear) and unpacked:
+                prefix, _, fused = hf_mod.rpartition(".")
                 for part in module.part_sizes:
                     hf_name = f"{prefix}.{unpacked[(fused, part)]}.{p_name}"
                     targets[hf_name] = _Target(param, module.part_rows(part))
             else:
-                targets[f"{mod_name}.{p_name}"] = _Target(param, None)
+                targets[f"{hf_mod}.{p_name}"] = _Target(param, None)
     return targets
 
 
@@ -122,7 +133,8 @@ def load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
 
 def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
     targets = _targets(model)
-    in_file = fused_views(targets, files)  # fused parameters stored in one piece: not copied
+    # Fused parameters stored in one piece: not copied (stacked experts are).
+    in_file = fused_views({n: t for n, t in targets.items() if t.expert is None}, files)
     loaded: set[str] = set()
     for path, name, tensor in iter_checkpoint(files):
         if _ignored(name, tied):
@@ -139,7 +151,7 @@ def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
                 f"shape mismatch for weight {name!r} in {path}: expected {tuple(dst.shape)}, "
                 f"got {tuple(tensor.shape)}"
             )
-        if target.rows is None and _same_layout(tensor, dst):
+        if target.rows is None and target.expert is None and _same_layout(tensor, dst):
             target.param.data = tensor  # the file's mapped pages: no copy
         elif id(target.param) not in in_file:
             dst.copy_(tensor)
@@ -162,7 +174,7 @@ def _same_layout(src: torch.Tensor, dst: torch.Tensor) -> bool:
 def init_dummy_weights(model: nn.Module, seed: int = 0, std: float = 0.02) -> None:
     """Deterministic random weights on the parameters' own device (no CPU init and copy).
 
-    Norm weights are 1 and everything else N(0, std), so activations keep a
+    Norm weights scale by 1 and everything else is N(0, std), so activations keep a
     sane scale through any depth and benchmark kernels see realistic values.
     """
     params = list(model.parameters())
@@ -170,9 +182,9 @@ def init_dummy_weights(model: nn.Module, seed: int = 0, std: float = 0.02) -> No
         return
     generator = torch.Generator(device=params[0].device)
     generator.manual_seed(seed)
-    norms = {id(m.weight) for m in model.modules() if isinstance(m, RMSNorm)}
+    norms = {id(m.weight): m.unit_weight for m in model.modules() if isinstance(m, RMSNorm)}
     for param in params:
         if id(param) in norms:
-            param.fill_(1.0)
+            param.fill_(norms[id(param)])
         else:
             param.normal_(0.0, std, generator=generator)

@@ -24,13 +24,15 @@ APP_NAME = "radixserve"
 
 
 def serve_on_ray(args: argparse.Namespace, limits: ServerLimits) -> None:
-    """Run until a signal; raises what stops it from starting."""
+    """Run until a signal, then say "stopped"; raises what stops it from starting."""
     import ray
     from ray import serve
 
     from radixserve.ray.app import build_app
+    from radixserve.server.cli_serve import warn_open_address
     from radixserve.server.runner import default_allowed_hosts
 
+    warn_open_address(args)
     port = args.port or _free_port(args.host)
     hosts = tuple(args.allowed_hosts) if args.allowed_hosts else default_allowed_hosts(args.host)
     config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype)
@@ -70,6 +72,7 @@ def serve_on_ray(args: argparse.Namespace, limits: ServerLimits) -> None:
         else:  # a cluster's Serve may run other applications
             serve.delete(APP_NAME)
         ray.shutdown()
+    print("radixserve: stopped", file=sys.stderr)
 
 
 def _free_port(host: str) -> int:

@@ -104,6 +104,10 @@ class ServeEngine(AsyncEngine):
     def grammar_cache(self) -> GrammarCache | None:
         return None  # each replica compiles and keeps its own
 
+    @property
+    def replicas(self) -> tuple[AsyncEngine, ...]:
+        return ()  # Ray Serve's, in processes of their own
+
     async def generate(
         self,
         prompt: Prompt,

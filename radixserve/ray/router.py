@@ -28,7 +28,7 @@ from ray.serve._private.replica_result import ReplicaResult
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util.metrics import Counter
 
-from radixserve.replicas.config import RouterConfig
+from radixserve.config import RouterConfig
 from radixserve.replicas.prefix_index import PrefixIndex
 from radixserve.replicas.router import Decision, cache_aware_choice
 

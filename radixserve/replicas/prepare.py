@@ -1,7 +1,7 @@
 """A request prepared in front of replicas: chat rendered with its tools, tokenized, checked.
 
 One engine does this in `AsyncEngine.generate` / `complete`; an engine of replicas
-(`DataParallelEngine`, and radixserve.ray's ingress) does it once, routes on the
+(`ReplicaSet`, and radixserve.ray's ingress) does it once, routes on the
 token ids, and hands the replica ids it runs as they are.
 """
 

@@ -21,8 +21,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
+from radixserve.config import RouterConfig
 from radixserve.errors import EngineDeadError
-from radixserve.replicas.config import RouterConfig
 from radixserve.replicas.prefix_index import NO_MATCH, PrefixIndex, PrefixMatch
 
 

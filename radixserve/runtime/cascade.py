@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from radixserve.runtime.host import to_device
+from radixserve.host_copy import to_device
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,16 @@ read and write one scratch KV slot that belongs to no request (the pool has
 one slot more than the allocator hands out).
 
 Only backends that can plan a fixed-size decode state outside the graph take
-part (FlashInfer: `make_cuda_graph_decode_state` / `plan_cuda_graph`).
+part: those whose `decode_graphs()` gives a `DecodeGraphPlanner`
+(`make_cuda_graph_decode_state` / `plan_cuda_graph`).
 Decode steps that carry shared-prefix groups (cascade attention) replay a
 second set of graphs (`cascade=True`, device-input mode with the Triton
 decode: runtime/attention/triton_cascade_graph.py), each beside the plain
 graph of its size and sharing its page table; with other backends, or more
 groups than a graph holds, they run eagerly.
 
-Where the backend's graph states need no host plan (`device_planned_graphs`:
-the FlashInfer backend with the Triton decode kernel) and the runner hands
+Where the backend's graph states need no host plan (`device_planned`: the
+Triton decode kernel, the FlashInfer backend's default decode half) and the runner hands
 over its device tables, the step's inputs are built inside the graph too:
 each graph starts with `step_fill` (runtime/step_fill.py), which reads one
 packed buffer of the step's per-request arrays and writes the input ids,
@@ -27,14 +28,24 @@ table. A step is then one pinned copy and one replay (`run_decode`), not the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import (
+    AttentionBackend,
+    CascadeGraphState,
+    DecodeGraphPlanner,
+    DecodeGraphState,
+)
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.step import DecodeInputs
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # what torch.cuda.graph_pool_handle() returns
+
+    from radixserve.runtime.step_fill import StepFillStaging
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:
@@ -44,7 +55,7 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 
 def supports_graphs(attn: AttentionBackend) -> bool:
-    return hasattr(attn, "make_cuda_graph_decode_state") and hasattr(attn, "plan_cuda_graph")
+    return attn.decode_graphs() is not None
 
 
 class DecodeGraphs:
@@ -63,8 +74,12 @@ class DecodeGraphs:
         with a backend whose graph states are planned on the device, the graphs then
         build their own inputs (`run_decode`). `cascade`: capture cascade decode graphs too
         (where the backend can: `cascade_graphs`), for an engine that forms prefix groups."""
+        planner = attn.decode_graphs()
+        if planner is None:
+            raise TypeError(f"{type(attn).__name__} has no CUDA-graph decode states")
         self.model = model
-        self.attn: Any = attn
+        self.attn = attn
+        self.planner: DecodeGraphPlanner = planner
         self.device = device
         self.scratch = scratch_slot
         self.sizes = graph_batch_sizes(max_bs)
@@ -77,20 +92,20 @@ class DecodeGraphs:
         self.pad_steps = self.qo_indptr[1:]  # 1, 2, ...: a padding row's one context slot each
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
-        self.states: dict[int, Any] = {}
+        self.states: dict[int, DecodeGraphState] = {}
         self.batches: dict[int, ForwardBatch] = {}
         # Cascade decode graphs by batch size (2 and up: a group has 2 rows at least).
         self.cascade_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.cascade_logits: dict[int, torch.Tensor] = {}
-        self.cascade_states: dict[int, Any] = {}
+        self.cascade_states: dict[int, CascadeGraphState] = {}
         self.max_kv_tokens = max(max_kv_tokens, n)
-        self.tables = tables if attn.device_planned_graphs else None
-        self.staging: Any = None
+        self.tables = tables if planner.device_planned else None
+        self.staging: StepFillStaging | None = None
         if self.tables is not None:
             from radixserve.runtime.step_fill import StepFillStaging  # imports triton
 
             self.staging = StepFillStaging(cap=n, device=device)
-        self.cascade = cascade and self.tables is not None and attn.cascade_graphs
+        self.cascade = cascade and self.tables is not None and planner.cascade_graphs
 
     @property
     def device_inputs(self) -> bool:
@@ -110,19 +125,19 @@ class DecodeGraphs:
         )
 
     @torch.inference_mode()
-    def capture(self, stream: torch.cuda.Stream, pool: Any = None) -> None:
+    def capture(self, stream: torch.cuda.Stream, pool: _POOL_HANDLE | None = None) -> None:
         """Capture every batch size into `pool` (one is made if None)."""
         pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         # Weights, KV pool and static buffers were filled on another stream.
         stream.wait_stream(torch.cuda.current_stream(self.device))
         for bs in sorted(self.sizes, reverse=True):  # largest first: it sizes the shared page table
-            state = self.attn.make_cuda_graph_decode_state(bs, self.max_kv_tokens)
+            state = self.planner.make_cuda_graph_decode_state(bs, self.max_kv_tokens)
             batch = self._static_batch(bs)
             self.graphs[bs], self.logits[bs] = self._capture_one(bs, state, batch, stream, pool)
             self.states[bs] = state
             self.batches[bs] = batch
             if self.cascade and bs >= 2:
-                cstate = self.attn.make_cuda_graph_cascade_state(state)
+                cstate = self.planner.make_cuda_graph_cascade_state(state)
                 self.cascade_graphs[bs], self.cascade_logits[bs] = self._capture_one(
                     bs, cstate, batch, stream, pool
                 )
@@ -130,9 +145,14 @@ class DecodeGraphs:
         torch.cuda.synchronize(self.device)
 
     def _capture_one(
-        self, bs: int, state: Any, batch: ForwardBatch, stream: torch.cuda.Stream, pool: Any
+        self,
+        bs: int,
+        state: DecodeGraphState,
+        batch: ForwardBatch,
+        stream: torch.cuda.Stream,
+        pool: _POOL_HANDLE,
     ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        self.attn.plan_cuda_graph(state, batch)
+        self.planner.plan_cuda_graph(state, batch)
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up (lazy inits, autotuning, Triton builds) outside the graph
                 self._fill(bs, state)
@@ -144,10 +164,10 @@ class DecodeGraphs:
             logits = self.model(batch, self.attn)
         return graph, logits
 
-    def _fill(self, bs: int, state: Any) -> None:
+    def _fill(self, bs: int, state: DecodeGraphState) -> None:
         """The graph's first kernel in device-input mode: the step's inputs from the staging
         buffer (before the first upload it holds zero requests: every row is padding)."""
-        if self.tables is None:
+        if self.tables is None or self.staging is None:
             return
         from radixserve.runtime.step_fill import step_fill
 
@@ -187,6 +207,7 @@ class DecodeGraphs:
         a cascade step: its work list), one replay."""
         b = inp.batch_size
         bs = self.graph_size(b)
+        assert self.staging is not None, "run_decode without device inputs"
         self.staging.upload(inp)
         if inp.cascade is None:
             self.graphs[bs].replay()
@@ -229,6 +250,6 @@ class DecodeGraphs:
             extend_lens=[1] * bs,
             prefix_lens=[*fb.prefix_lens, *([0] * pad)],
         )
-        self.attn.plan_cuda_graph(self.states[bs], plan_batch)
+        self.planner.plan_cuda_graph(self.states[bs], plan_batch)
         self.graphs[bs].replay()
         return self.logits[bs][:b]

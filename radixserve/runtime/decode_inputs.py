@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from radixserve.host_copy import to_device
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.host import to_device
 from radixserve.runtime.step import DecodeInputs
 
 

@@ -30,7 +30,7 @@ than the largest bucket run eagerly.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -38,6 +38,9 @@ from torch import nn
 
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch, GraphAttention
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # what torch.cuda.graph_pool_handle() returns
 
 # Fine steps where mixed steps live (decode rows + up to `mixed_prefill_tokens`): padding
 # tokens cost GEMM time like real ones.
@@ -109,7 +112,7 @@ class ExtendGraphs:
         )
 
     @torch.inference_mode()
-    def capture(self, stream: torch.cuda.Stream, pool: Any = None) -> None:
+    def capture(self, stream: torch.cuda.Stream, pool: _POOL_HANDLE | None = None) -> None:
         """Capture every bucket, largest first, into `pool` (shared with the decode graphs)."""
         pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         stream.wait_stream(torch.cuda.current_stream(self.device))

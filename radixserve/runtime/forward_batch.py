@@ -24,11 +24,14 @@ reads each group's prefix once; one that does not ignores it, since
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from radixserve.runtime.cascade import CascadeGroups
+
+if TYPE_CHECKING:
+    from radixserve.runtime.attention.tiling import DecodeTiling
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class GraphAttention:
 
     tiles: torch.Tensor  # [n, 2] int32: (request, block) per extend program; request -1: none
     decode_indptr: torch.Tensor  # [D + 1] int32: kv_indptr of rows < D, empty past the decode rows
-    decode_tiling: Any  # triton_kernels.DecodeTiling, fixed at capture
+    decode_tiling: DecodeTiling  # fixed at capture
 
 
 @dataclass

@@ -54,9 +54,10 @@ class GreedyGraphs:
     """One greedy graph beside each decode graph of a `DecodeGraphs` in device-input mode."""
 
     def __init__(self, graphs: DecodeGraphs, vocab_size: int, last_tokens: torch.Tensor) -> None:
-        if not graphs.device_inputs:
+        if not graphs.device_inputs or graphs.staging is None:
             raise ValueError("greedy graphs read the step-fill staging: device-input mode only")
-        if last_tokens.numel() <= graphs.staging.cap:
+        self.staging = graphs.staging
+        if last_tokens.numel() <= self.staging.cap:
             raise ValueError("last_tokens needs a scratch entry past the runner's rows")
         self.decode = graphs
         self.vocab_size = vocab_size
@@ -81,7 +82,7 @@ class GreedyGraphs:
         torch.cuda.synchronize(self.ids.device)
 
     def _commit(self, logits: torch.Tensor) -> None:
-        commit_greedy(logits, self.vocab_size, self.decode.staging, self.last_tokens, self.ids)
+        commit_greedy(logits, self.vocab_size, self.staging, self.last_tokens, self.ids)
 
     def run(self, inp: DecodeInputs) -> torch.Tensor:
         """The greedy ids `[B]` of the step `DecodeGraphs.run_decode(inp)` just enqueued, with

@@ -1,4 +1,5 @@
-"""The model's elementwise layer ops: RMSNorm (with the residual add), rotary, SiLU-and-mul.
+"""The model's elementwise layer ops: RMSNorm (with the residual add; Gemma's `(1 + w)` form
+too), rotary (over the whole head or its leading part), SiLU- and GeLU-tanh-and-mul.
 
 `TorchKernels` is the reference: transformers' Llama arithmetic, op for op and
 cast for cast, so float32 results on the CPU equal transformers' to the bit.
@@ -16,7 +17,7 @@ Modules read their ops from a `kernels` attribute (the reference by default);
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -40,11 +41,24 @@ class TorchKernels:
         h = residual + x
         return self.rms_norm(h, weight, eps), h
 
+    def gemma_rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """Gemma's norm: scaled by `1 + weight`, in float32, rounded once (transformers' order)."""
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return (h * (1.0 + weight.float())).to(x.dtype)
+
+    def gemma_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = residual + x
+        return self.gemma_rms_norm(h, weight, eps), h
+
     def rope(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q `[T, Hq, D]`, k `[T, Hkv, D]`; cos/sin `[max_pos, D/2]` float32 tables."""
-        c = cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, D/2]
+        """q `[T, Hq, D]`, k `[T, Hkv, D]`; cos/sin `[max_pos, R/2]` float32 tables, R <= D
+        the rotated leading dims (partial rotary: the rest pass through)."""
+        c = cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, R/2]
         s = sin[positions].unsqueeze(1).to(q.dtype)
         return _rotate(q, c, s), _rotate(k, c, s)
 
@@ -52,9 +66,16 @@ class TorchKernels:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def gelu_tanh_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x * [cos, cos] + rotate_half(x) * [sin, sin], written per half.
+    # x * [cos, cos] + rotate_half(x) * [sin, sin], written per half, over the leading 2 * cos dims.
+    rot = 2 * cos.shape[-1]
+    if rot < x.shape[-1]:
+        return torch.cat((_rotate(x[..., :rot], cos, sin), x[..., rot:]), dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -64,7 +85,7 @@ class FlashInferKernels(TorchKernels):
 
     name = "flashinfer"
 
-    def __init__(self, flashinfer: Any) -> None:
+    def __init__(self, flashinfer: ModuleType) -> None:
         self._fi = flashinfer
         self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
 
@@ -90,6 +111,20 @@ class FlashInferKernels(TorchKernels):
         self._fi.norm.fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=False)
         return x, residual
 
+    def gemma_rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if not x.numel():
+            return super().gemma_rms_norm(x, weight, eps)
+        rows = x.reshape(-1, x.shape[-1])
+        return self._fi.norm.gemma_rmsnorm(rows, weight, eps, enable_pdl=False).view(x.shape)
+
+    def gemma_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not x.numel():
+            return super().gemma_add_rms_norm(x, residual, weight, eps)
+        self._fi.norm.gemma_fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=False)
+        return x, residual
+
     def rope(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,7 +133,8 @@ class FlashInferKernels(TorchKernels):
         table = self._cos_sin.get(id(cos))
         if table is None:  # built once per model, outside any graph capture (warm-up runs first)
             table = self._cos_sin[id(cos)] = torch.cat((cos, sin), dim=-1).contiguous()
-        # In place on the views of the qkv projection's output.
+        # In place on the views of the qkv projection's output; the table's width is the
+        # rotary dim, so a partial rotary leaves the head's other dims alone.
         self._fi.rope.apply_rope_with_cos_sin_cache_inplace(
             positions, q.flatten(-2), k.flatten(-2), q.shape[-1], table, is_neox=True
         )
@@ -108,6 +144,11 @@ class FlashInferKernels(TorchKernels):
         if not gate_up.numel():
             return super().silu_and_mul(gate_up)
         return self._fi.activation.silu_and_mul(gate_up, enable_pdl=False)
+
+    def gelu_tanh_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if not gate_up.numel():
+            return super().gelu_tanh_and_mul(gate_up)
+        return self._fi.activation.gelu_tanh_and_mul(gate_up, enable_pdl=False)
 
 
 TORCH_KERNELS = TorchKernels()

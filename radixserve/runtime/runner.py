@@ -6,7 +6,7 @@ once. A decode step's forward batch is built here, on the device, from the
 device copy of the request-to-slot table (runtime/decode_inputs.py). The sampled ids land in an
 on-device buffer indexed by request row, from which the next step takes the
 input token of every request whose previous token is still in flight; their
-host copy is started without blocking and read by `StepHandle.wait()`, the one
+host copy is started without blocking and read by `StepHandle.result()`, the one
 device-to-host sync per step.
 """
 
@@ -15,17 +15,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
+from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.extend_graphs import ExtendGraphs
 from radixserve.runtime.greedy_graphs import GreedyGraphs
-from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 from radixserve.runtime.step import DecodeInputs, StepInput
 
@@ -193,7 +192,7 @@ class ModelRunner:
             handle.event.record()
         return handle
 
-    def _on_stream(self) -> Any:
+    def _on_stream(self) -> contextlib.AbstractContextManager[object]:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from radixserve.runtime.host import to_device
+from radixserve.host_copy import to_device
 from radixserve.sampling_params import SamplingParams
 
 _SEED_MIX = 0x9E3779B97F4A7C15
@@ -212,9 +212,9 @@ class Sampler:
             import xgrammar
 
             mask = inp.bitmask
-            mask_rows: Any = inp.bitmask_rows
+            mask_rows: Any = inp.bitmask_rows  # Any: xgrammar's hint says a list; it takes a tensor too
             if logits.device.type == "cuda":
-                # Both copies queued like kernels (see host.py): a list of indices would make
+                # Both copies queued like kernels (see host_copy.py): a list of indices would make
                 # xgrammar copy from pageable memory, a hidden sync on the forward pass.
                 mask = mask.pin_memory().to(logits.device, non_blocking=True)
                 if mask_rows is not None:

@@ -48,8 +48,8 @@ Use from `DecodeGraphs` (CUDA only: importing this module imports triton):
 `table` is `ReqToSlotTable.device_table` and `last_tokens` the runner's buffer, both at
 fixed addresses already. `kv_indices` must hold `sum(prefix_lens) + bs` entries (the
 graph's `max_kv_tokens`); the kernel cannot check it without a host read. With FlashInfer,
-`kv_indptr`/`kv_indices` can be the graph state's own buffers (`state.indptr`,
-`state.indices`), which its decode kernel reads; its plan still runs on the host from
+`kv_indptr`/`kv_indices` can be the graph state's own buffers (`state.kv_indptr`,
+`state.kv_indices`), which its decode kernel reads; its plan still runs on the host from
 `prefix_lens` padded with zeros, as now (its copies into those buffers write the same values).
 `staging.rows[:n]` is valid as the step's rows until the next upload is queued (stream
 order: the worker samples step k before it launches step k + 1).
@@ -62,7 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.runtime.host import PinnedStaging
+from radixserve.host_copy import PinnedStaging
 from radixserve.runtime.step import DecodeInputs
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from radixserve.host_copy import to_device
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.host import to_device
 from radixserve.runtime.sampler import SamplingInputs
 from radixserve.runtime.step import DecodeInputs, StepInput
 from radixserve.sched.request import Request

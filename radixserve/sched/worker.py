@@ -4,7 +4,7 @@ Overlap loop (step n on the device while the host finishes n-1 and builds n+1):
 
     batch_n = schedule()           # may use tokens of step n-1 still in flight
     handle_n = runner.launch(batch_n)
-    process(batch_{n-1}, handle_{n-1}.wait())   # the one sync, for step n-1
+    process(batch_{n-1}, handle_{n-1}.result())   # the one sync, for step n-1
     post outputs of n-1 to the event loop
 
 A batch with constrained rows (structured output) splits its step: the

@@ -107,42 +107,86 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
-def serve_command(args: argparse.Namespace) -> int:
-    from radixserve.cli import EXIT_RUNTIME, EXIT_USAGE, _fail, _one_line
+def check_serve_args(args: argparse.Namespace) -> ServerLimits:
+    """The server's limits from the command line; ValueError names a bad argument (the CLI's
+    exit code 2)."""
+    from radixserve.server.limits import ServerLimits
 
-    try:
-        from radixserve.server.limits import ServerLimits
-
-        limits = ServerLimits(
-            max_body_bytes=args.max_body_bytes,
-            max_prompt_tokens=args.max_prompt_tokens,
-            max_queued_requests=args.max_queued_requests,
-            max_prompt_chars=args.max_prompt_chars,
-            max_json_depth=args.max_json_depth,
+    limits = ServerLimits(
+        max_body_bytes=args.max_body_bytes,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_queued_requests=args.max_queued_requests,
+        max_prompt_chars=args.max_prompt_chars,
+        max_json_depth=args.max_json_depth,
+    )
+    if args.data_parallel_size is not None and args.data_parallel_size < 1:
+        raise ValueError(f"--data-parallel-size {args.data_parallel_size}: must be >= 1")
+    if args.replicas < 1:
+        raise ValueError(f"--replicas {args.replicas}: must be >= 1")
+    if args.ray and args.data_parallel_size is not None:
+        raise ValueError("--ray runs --replicas engines: leave --data-parallel-size out")
+    if (args.replicas != 1 or args.ray_address) and not args.ray:
+        raise ValueError("--replicas and --ray-address go with --ray")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: must be in [0, 65535]")
+    if args.timeout_keep_alive < 1:
+        raise ValueError(f"--timeout-keep-alive {args.timeout_keep_alive}: must be >= 1")
+    if args.api_key is not None and not args.api_key.strip():
+        raise ValueError(
+            "the API key is empty (--api-key or $RADIXSERVE_API_KEY): give a non-empty key, "
+            "or unset it to serve without one"
         )
-        if args.data_parallel_size is not None and args.data_parallel_size < 1:
-            raise ValueError(f"--data-parallel-size {args.data_parallel_size}: must be >= 1")
-        if args.replicas < 1:
-            raise ValueError(f"--replicas {args.replicas}: must be >= 1")
-        if args.ray and args.data_parallel_size is not None:
-            raise ValueError("--ray runs --replicas engines: leave --data-parallel-size out")
-        if (args.replicas != 1 or args.ray_address) and not args.ray:
-            raise ValueError("--replicas and --ray-address go with --ray")
-        if not 0 <= args.port <= 65535:
-            raise ValueError(f"--port {args.port}: must be in [0, 65535]")
-        if args.timeout_keep_alive < 1:
-            raise ValueError(f"--timeout-keep-alive {args.timeout_keep_alive}: must be >= 1")
-        if args.api_key is not None and not args.api_key.strip():
-            raise ValueError(
-                "the API key is empty (--api-key or $RADIXSERVE_API_KEY): give a non-empty key, "
-                "or unset it to serve without one"
-            )
-        from radixserve.server.app import ServerSettings
+    from radixserve.server.app import ServerSettings
 
-        hosts = tuple(args.allowed_hosts or ("*",))
-        ServerSettings("", args.api_key, limits, hosts, tuple(args.cors_origins))  # validates the hosts
-    except ValueError as e:
-        return _fail(str(e), EXIT_USAGE)
+    hosts = tuple(args.allowed_hosts or ("*",))
+    ServerSettings("", args.api_key, limits, hosts, tuple(args.cors_origins))  # validates the hosts
+    return limits
+
+
+def serve_command(args: argparse.Namespace, limits: ServerLimits) -> None:
+    """Warn about an open address, then serve until stopped; errors propagate to the CLI,
+    which turns them into one line and exit code 1. (`--ray` is the CLI's: radixserve.ray.)"""
+    warn_open_address(args)
+    from radixserve.config import EngineConfig
+    from radixserve.engine import AsyncEngine
+    from radixserve.event_loops import run
+    from radixserve.server.runner import serve
+
+    config = EngineConfig(
+        model=args.model, device=args.device, dtype=args.dtype, data_parallel_size=args.data_parallel_size
+    )
+    engine = AsyncEngine(config)
+
+    def ready(server: Any, url: str) -> None:
+        print(
+            f"radixserve: serving {args.served_model_name or args.model} on {url} "
+            f"(OpenAI API at {url}/v1)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    run(
+        serve(
+            engine,
+            args.host,
+            args.port,
+            api_key=args.api_key,
+            limits=limits,
+            model_name=args.served_model_name,
+            allowed_hosts=args.allowed_hosts,
+            cors_origins=args.cors_origins,
+            keep_alive_s=args.timeout_keep_alive,
+            graceful_s=args.graceful_timeout,
+            log_level=args.log_level,
+            on_ready=ready,
+        )
+    )
+    print("radixserve: stopped", file=sys.stderr)
+
+
+def warn_open_address(args: argparse.Namespace) -> None:
+    """To stderr: an address others can reach without a key, or a wildcard that answers only
+    loopback names."""
     if not args.api_key and not _is_loopback(args.host):
         print(
             f"radixserve: warning: serving on {args.host} without --api-key: "
@@ -155,73 +199,6 @@ def serve_command(args: argparse.Namespace) -> int:
             "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
             file=sys.stderr,
         )
-    if args.ray:
-        return _serve_on_ray(args, limits)
-    try:
-        from radixserve.config import EngineConfig
-        from radixserve.engine import AsyncEngine
-        from radixserve.server.runner import run, serve
-
-        engine = AsyncEngine(
-            EngineConfig(
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                data_parallel_size=args.data_parallel_size,
-            )
-        )
-
-        def ready(server: Any, url: str) -> None:
-            print(
-                f"radixserve: serving {args.served_model_name or args.model} on {url} "
-                f"(OpenAI API at {url}/v1)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-        run(
-            serve(
-                engine,
-                args.host,
-                args.port,
-                api_key=args.api_key,
-                limits=limits,
-                model_name=args.served_model_name,
-                allowed_hosts=args.allowed_hosts,
-                cors_origins=args.cors_origins,
-                keep_alive_s=args.timeout_keep_alive,
-                graceful_s=args.graceful_timeout,
-                log_level=args.log_level,
-                on_ready=ready,
-            )
-        )
-    except KeyboardInterrupt:  # during start-up, before the server's own handlers
-        return 130
-    except Exception as e:
-        if os.environ.get("RADIXSERVE_DEBUG"):
-            raise
-        return _fail(_one_line(e), EXIT_RUNTIME)
-    print("radixserve: stopped", file=sys.stderr)
-    return 0
-
-
-def _serve_on_ray(args: argparse.Namespace, limits: ServerLimits) -> int:
-    from radixserve.cli import EXIT_RUNTIME, EXIT_USAGE, _fail, _one_line
-
-    try:
-        from radixserve.ray.cli import serve_on_ray
-    except ImportError as e:
-        return _fail(f"--ray needs Ray Serve: pip install 'radixserve[ray]' ({e})", EXIT_USAGE)
-    try:
-        serve_on_ray(args, limits)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:
-        if os.environ.get("RADIXSERVE_DEBUG"):
-            raise
-        return _fail(_one_line(e), EXIT_RUNTIME)
-    print("radixserve: stopped", file=sys.stderr)
-    return 0
 
 
 def _is_wildcard(host: str) -> bool:

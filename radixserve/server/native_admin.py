@@ -64,7 +64,7 @@ async def model_info(request: Request) -> dict[str, Any]:
 @router.get("/get_server_info")
 async def server_info(request: Request) -> Response:
     """The engine's configuration and its live scheduler state (`internal_states`)."""
-    from radixserve import __version__
+    from radixserve.version import __version__
 
     try:
         engine = engine_of(request)

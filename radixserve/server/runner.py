@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from radixserve.event_loops import new_event_loop
+
 if TYPE_CHECKING:
     import uvicorn
 
@@ -29,24 +31,6 @@ if TYPE_CHECKING:
     from radixserve.server.limits import ServerLimits
 
 T = TypeVar("T")
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed, asyncio's otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run` on uvloop's loop where it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def _uvicorn_server(

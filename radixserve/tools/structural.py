@@ -1,5 +1,5 @@
 """xgrammar structural tags for tool calls (the JSON form `{"type": "structural_tag", "format":
-...}` that `xgr.Grammar.from_structural_tag` and `GrammarCompiler.compile_structural_tag` take).
+...}` that `xgr.Grammar.from_structural_tag` and `xgr.GrammarCompiler.compile_structural_tag` take).
 
 Three modes, as OpenAI's `tool_choice`:
 

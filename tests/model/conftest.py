@@ -53,7 +53,12 @@ class GreedyLoop:
         self.model = model
         self.pool = KVPool(config.kv_pool_config(torch.float32, "cpu"), num_slots)
         self.attn = TorchAttention(
-            self.pool, config.num_heads, config.num_kv_heads, config.head_dim, config.attn_scale
+            self.pool,
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+            config.attn_scale,
+            options=config.attention_options(),
         )
         self._order = torch.randperm(num_slots, generator=torch.Generator().manual_seed(seed))
         self._next = 0
@@ -161,13 +166,20 @@ _TINY_COMMON: dict[str, Any] = {
     "eos_token_id": 2,
     "pad_token_id": 0,
 }
-TINY_KINDS = ("llama3-rope", "llama-tied-bias", "mistral", "qwen2-sharded", "qwen3")
+# The families beyond Llama's options. Their windows (8) are shorter than most test prompts;
+# soft-caps are small enough that tanh bends the logits; Phi-3's LongRoPE switches to its long
+# factors at position 40, past every test sequence (test_longrope_* walks past it).
+NEW_KINDS = ("gemma2", "gemma3", "phi3-longrope", "mixtral", "qwen3-moe", "qwen2-moe")
+TINY_KINDS = ("llama3-rope", "llama-tied-bias", "mistral", "qwen2-sharded", "qwen3", *NEW_KINDS)
+WINDOW = 8
 
 
 def tiny_hf_config(kind: str) -> Any:
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     c = dict(_TINY_COMMON)
+    if kind in NEW_KINDS:
+        return _new_family_config(kind, c)
     if kind == "llama3-rope":
         # original_max_position_embeddings=64 with head_dim 16 puts frequencies in all
         # three llama3 bands (kept, smoothed, divided by factor).
@@ -185,6 +197,85 @@ def tiny_hf_config(kind: str) -> Any:
         return Qwen2Config(**c, tie_word_embeddings=True, rope_theta=1e6)
     if kind == "qwen3":
         return Qwen3Config(**c, head_dim=32, tie_word_embeddings=False)
+    raise ValueError(kind)
+
+
+def _new_family_config(kind: str, c: dict[str, Any]) -> Any:
+    from transformers import (
+        Gemma2Config,
+        Gemma3TextConfig,
+        MixtralConfig,
+        Phi3Config,
+        Qwen2MoeConfig,
+        Qwen3MoeConfig,
+    )
+
+    if kind == "gemma2":  # alternating sliding / full layers, both soft-caps, its own query scale
+        c["num_hidden_layers"] = 4
+        return Gemma2Config(
+            **c,
+            head_dim=32,
+            sliding_window=WINDOW,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=1.5,
+            final_logit_softcapping=4.0,
+        )
+    if kind == "gemma3":  # q/k norms, a local rope base and a scaled global rope
+        c["num_hidden_layers"] = 3
+        rope = {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+        }
+        return Gemma3TextConfig(
+            **c,
+            head_dim=32,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters=rope,
+            query_pre_attn_scalar=32,
+        )
+    if kind == "phi3-longrope":  # fused checkpoints, partial rotary, LongRoPE, one window everywhere
+        rotary_half = 4  # head_dim 16 * partial 0.5 / 2
+        scaling = {
+            "type": "longrope",
+            "short_factor": [1.0, 1.1, 1.3, 1.6][:rotary_half],
+            "long_factor": [1.5, 2.5, 4.0, 7.0][:rotary_half],
+        }
+        return Phi3Config(
+            **c,
+            rope_scaling=scaling,
+            original_max_position_embeddings=40,
+            partial_rotary_factor=0.5,
+            sliding_window=12,
+            tie_word_embeddings=False,
+        )
+    if kind == "mixtral":  # renormalised top-2 of 4 experts, a window on every layer
+        return MixtralConfig(**c, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW)
+    if kind == "qwen3-moe":  # top-2 of 8 without renormalising; layer 1 dense between sparse ones
+        c["num_hidden_layers"] = 3
+        return Qwen3MoeConfig(
+            **c,
+            head_dim=16,
+            moe_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            mlp_only_layers=[1],
+        )
+    if kind == "qwen2-moe":  # a gated shared expert; sparse every second layer; renormalised
+        c["num_hidden_layers"] = 4
+        return Qwen2MoeConfig(
+            **c,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+            use_sliding_window=True,
+            sliding_window=WINDOW,
+            max_window_layers=2,
+        )
     raise ValueError(kind)
 
 
@@ -245,6 +336,7 @@ def helpers() -> Any:
 
     class _Helpers:
         greedy_generate = staticmethod(greedy_generate)
+        greedy_loop = GreedyLoop
         our_logits = staticmethod(our_logits)
         hf_greedy = staticmethod(hf_greedy)
         no_eos = staticmethod(no_eos)

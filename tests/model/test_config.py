@@ -37,21 +37,22 @@ def test_kv_pool_config_and_derived_sizes() -> None:
     assert cfg.architecture == "Qwen3ForCausalLM" and cfg.qk_norm and not cfg.qkv_bias
 
 
-def test_sliding_window_caps_the_context() -> None:
-    """Full attention equals sliding-window attention while no sequence is longer than
-    the window, so a windowed model runs exactly with its context capped there."""
+def test_sliding_windows_are_read_per_layer() -> None:
+    """A window is a per-layer mask: the context stays the model's whole length."""
     from transformers import MistralConfig, Qwen2Config
 
-    assert ModelConfig.from_hf(MistralConfig(**_SMALL, sliding_window=100)).max_context_len == 100
-    assert ModelConfig.from_hf(MistralConfig(**_SMALL, sliding_window=None)).max_context_len == 512
+    every = ModelConfig.from_hf(MistralConfig(**_SMALL, sliding_window=100))
+    assert every.layer_windows == (100, 100, 100) and every.max_context_len == 512
+    assert every.attention_options().min_window == 100
+    assert ModelConfig.from_hf(MistralConfig(**_SMALL, sliding_window=None)).layer_windows == ()
     # Qwen2 carries a window that no layer uses unless use_sliding_window is set.
     unused = Qwen2Config(**_SMALL, sliding_window=64, use_sliding_window=False)
-    assert ModelConfig.from_hf(unused).max_context_len == 512
+    assert ModelConfig.from_hf(unused).layer_windows == ()
     used = Qwen2Config(**_SMALL, sliding_window=64, use_sliding_window=True, max_window_layers=1)
-    assert ModelConfig.from_hf(used).max_context_len == 64
+    assert ModelConfig.from_hf(used).layer_windows == (None, 64, 64)
 
 
-def test_sliding_window_model_matches_transformers_inside_the_window(tmp_path: Any, helpers: Any) -> None:
+def test_sliding_window_model_matches_transformers_past_the_window(tmp_path: Any, helpers: Any) -> None:
     from transformers import AutoModelForCausalLM, MistralConfig
 
     from radixserve.model.loader import load_model
@@ -60,17 +61,12 @@ def test_sliding_window_model_matches_transformers_inside_the_window(tmp_path: A
     hf = AutoModelForCausalLM.from_config(MistralConfig(**_SMALL, sliding_window=24)).eval()
     hf.save_pretrained(tmp_path)
     ours = load_model(str(tmp_path))
-    assert ours.config.max_context_len == 24
-    ids = torch.randint(3, 256, (24,)).tolist()
+    assert ours.config.max_context_len == 512
+    # 40 tokens: the last 16 no longer see the first ones.
+    ids = torch.randint(3, 256, (40,)).tolist()
     with torch.inference_mode():
         ref = hf(torch.tensor([ids])).logits[0]
-    assert helpers.rel_err(helpers.our_logits(ours.model, ours.config, ids, torch.arange(24)), ref) < 1e-4
-    # Past the window transformers masks old tokens and full attention would differ:
-    # the reason the context is capped rather than the window ignored.
-    longer = torch.randint(3, 256, (40,)).tolist()
-    with torch.inference_mode():
-        ref = hf(torch.tensor([longer])).logits[0, -1]
-    assert helpers.rel_err(helpers.our_logits(ours.model, ours.config, longer, None)[0], ref) > 1e-3
+    assert helpers.rel_err(helpers.our_logits(ours.model, ours.config, ids, torch.arange(40)), ref) < 1e-4
 
 
 def test_transformers4_style_rope_fields() -> None:
@@ -93,8 +89,12 @@ def test_transformers4_style_rope_fields() -> None:
     [
         ({"hidden_act": "gelu"}, "gelu"),
         ({"model_type": "gpt2"}, "gpt2"),
-        ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "longrope"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic'"),
         ({"num_key_value_heads": 3}, "num_key_value_heads=3"),
+        ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "layer_types"),
+        ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+        ({"partial_rotary_factor": 0.1}, "partial_rotary_factor=0.1"),
+        ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]}}, "original_max_position"),
     ],
 )
 def test_refusals_name_the_field(change: dict[str, Any], needle: str) -> None:

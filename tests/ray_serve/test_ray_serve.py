@@ -152,3 +152,15 @@ def test_radixserve_serve_ray_as_a_user_starts_it() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_engine_answers_every_public_member_of_asyncengine_itself() -> None:
+    """ServeEngine inherits only AsyncEngine's type: one engine's internals would run on state
+    it does not have."""
+    from radixserve.engine import AsyncEngine
+    from radixserve.ray.ingress import ServeEngine
+
+    inherited = {"__aenter__", "__aexit__"}  # they call start() / shutdown()
+    for name in vars(AsyncEngine):
+        if not name.startswith("_") and name not in inherited:
+            assert name in vars(ServeEngine), f"ServeEngine must define {name}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixserve import EngineDeadError
-from radixserve.replicas.config import RouterConfig
+from radixserve.config import RouterConfig
 from radixserve.replicas.router import Decision, Router
 
 PREFIX = list(range(100, 180))  # 80 shared tokens

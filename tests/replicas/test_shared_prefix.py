@@ -17,7 +17,7 @@ import pytest
 from engine.conftest import engine_config
 
 from radixserve import AsyncEngine, EngineConfig, SamplingParams
-from radixserve.replicas.config import RouterConfig
+from radixserve.config import RouterConfig
 
 from .conftest import KV_TOKENS, T, dp_config
 

@@ -47,12 +47,16 @@ CASES = [
 
 
 class _RecordingAttention:
-    """Stands in for FlashInfer: keeps the batch `DecodeGraphs.run` plans the graph with."""
+    """Stands in for FlashInfer's decode: keeps the batch `DecodeGraphs.run` plans the graph with."""
 
-    device_planned_graphs = False  # host-planned: `DecodeGraphs.run` is the path under test
+    device_planned = False  # host-planned: `DecodeGraphs.run` is the path under test
+    cascade_graphs = False
 
     def __init__(self) -> None:
         self.planned: ForwardBatch | None = None
+
+    def decode_graphs(self) -> _RecordingAttention:
+        return self
 
     def make_cuda_graph_decode_state(self, bs: int, max_kv_tokens: int) -> None:
         return None

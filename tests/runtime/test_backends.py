@@ -231,7 +231,7 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) ->
     """Capture decode once, then replay it for batches with other contexts:
     plan outside the graph, run inside, outputs match the reference."""
     pytest.importorskip("flashinfer")
-    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention
+    from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
 
     heads, kv_heads, dim, bs, layers = 32, 8, 128, 4, 2
     cfg = KVPoolConfig(layers, kv_heads, dim, dtype=torch.bfloat16, device="cuda")
@@ -239,8 +239,10 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) ->
     for layer in range(layers):
         pool.k[layer].normal_()
         pool.v[layer].normal_()
-    backend = FlashInferAttention(pool, heads, kv_heads, dim, dim**-0.5, decode_kernel=decode_kernel)
-    state = backend.make_cuda_graph_decode_state(bs, max_kv_tokens=bs * 2048)
+    backend = flashinfer_attention(pool, heads, kv_heads, dim, dim**-0.5, decode_kernel=decode_kernel)
+    planner = backend.decode_graphs()
+    assert planner is not None and planner.device_planned == (decode_kernel == "triton")
+    state = planner.make_cuda_graph_decode_state(bs, max_kv_tokens=bs * 2048)
     static_q = torch.randn(bs, heads, dim, device="cuda", dtype=torch.bfloat16)
     static_kv = torch.randn(2, bs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     static_slots = torch.zeros(bs, dtype=torch.int64, device="cuda")
@@ -253,7 +255,7 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) ->
     warm = make_batch((10, 20, 30, 40))
     static_slots.copy_(warm.out_slots)
     warm.out_slots = static_slots
-    backend.plan_cuda_graph(state, warm)
+    planner.plan_cuda_graph(state, warm)
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -271,7 +273,7 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) ->
         static_q.normal_()
         static_kv.normal_()
         static_slots.copy_(batch.out_slots)
-        backend.plan_cuda_graph(state, batch)
+        planner.plan_cuda_graph(state, batch)
         graph.replay()
         ref_pool = KVPool(KVPoolConfig(layers, kv_heads, dim, torch.float32, "cuda"), 8192)
         for layer in range(layers):

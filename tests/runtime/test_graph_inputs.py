@@ -38,7 +38,8 @@ def test_graph_built_inputs_match_host_built() -> None:
     sides = []
     for device_inputs in (True, False):
         pool, table, attn = graph_side(cfg, MAX_BS, CONTEXT, SLOTS)  # the same random cache on both sides
-        assert attn.device_planned_graphs
+        planner = attn.decode_graphs()
+        assert planner is not None and planner.device_planned
         last = torch.arange(MAX_BS + 1, device=device) * 7 + 3  # + the greedy graphs' scratch
         tables = (table.device_table, last) if device_inputs else None
         graphs = DecodeGraphs(model, attn, MAX_BS, MAX_BS * CONTEXT, SLOTS, device, tables)

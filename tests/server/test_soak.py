@@ -1,4 +1,4 @@
-"""The HTTP soak at CI size (RADIXSERVE_SOAK_REQUESTS, default 48; the benchmark runs 1,000).
+"""The HTTP soak at CI size (RADIXSERVE_SOAK_REQUESTS, default 48; the benchmark's record: 2,000).
 
 The plan sends one request of every kind first, then a mix drawn from the seed, so the CI size
 still sends each one (asserted): hostile schemas, deep and huge bodies among them."""

@@ -8,10 +8,16 @@ import os
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.torch_backend import TorchAttention
 
-__all__ = ["BACKEND_NAMES", "AttentionBackend", "TorchAttention", "make_attention_backend"]
+__all__ = [
+    "BACKEND_NAMES",
+    "AttentionBackend",
+    "AttentionOptions",
+    "TorchAttention",
+    "make_attention_backend",
+]
 
 BACKEND_NAMES = ("auto", "flashinfer", "triton", "torch")
 
@@ -43,13 +49,16 @@ def make_attention_backend(
     head_dim: int,
     scale: float,
     decode_kernel: str = "auto",
+    options: AttentionOptions | None = None,
 ) -> AttentionBackend:
     """Build the attention backend `name` for `pool`.
 
     "auto" takes FlashInfer when it imports and the pool is a float16/bfloat16
     pool on CUDA, else Triton on a GPU, else the torch reference. Asking for a
     backend that cannot run here raises with the reason. `decode_kernel` picks the
-    FlashInfer backend's decode kernel (see `FlashInferAttention`).
+    FlashInfer backend's decode kernel (see `flashinfer_attention`). `options`: the
+    model's windows and soft-cap; a backend without soft-capping refuses a soft-capped
+    model, one without windows ignores them (the engine caps the context instead).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -63,16 +72,23 @@ def make_attention_backend(
         else:
             name = "torch"
     if name == "torch":
-        return TorchAttention(*args)
+        return TorchAttention(*args, options=options)
+    softcap = options.logit_softcap if options is not None else None
+    if softcap is not None:
+        raise ValueError(
+            f"attn_logit_softcapping={softcap}: the {name} attention backend has no logit soft-capping "
+            "yet; attention_backend='torch' computes it"
+        )
     if name == "triton":
         _check_triton(pool)
         from radixserve.runtime.attention.triton_backend import TritonAttention
 
         return TritonAttention(*args)
-    from radixserve.runtime.attention.flashinfer_backend import FlashInferAttention, import_flashinfer
+    from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
+    from radixserve.runtime.attention.flashinfer_plans import import_flashinfer
 
     try:
         import_flashinfer()
     except ImportError as e:
         raise RuntimeError(str(e)) from e
-    return FlashInferAttention(*args, decode_kernel=decode_kernel)
+    return flashinfer_attention(*args, decode_kernel=decode_kernel)

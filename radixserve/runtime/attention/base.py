@@ -6,29 +6,101 @@ its schedule there; others may precompute index tensors); `forward` runs in
 every layer: it writes the new tokens' K/V into the pool at
 `batch.out_slots`, then attends each new token to its request's context up to
 and including itself.
+
+CUDA-graph decode (runtime/cuda_graph.py) is part of the contract:
+`decode_graphs()` gives the backend's `DecodeGraphPlanner` (decode states of a
+fixed batch size, planned outside the graph), or None where decode steps run
+eagerly. A backend made of others says so by composition: `HybridAttention`
+(hybrid.py) runs extend steps on one backend and decode steps, with their
+graphs, on another.
+
+`AttentionOptions` carries what some models add to that: a sliding window
+per layer (a mask over positions: the KV layout stays one slot per token of
+the whole context) and a tanh soft-cap of the logits. A backend says which
+it computes (`supports_windows`, `supports_logit_softcap`); the engine caps
+the context at the smallest window where windows are missing (full attention
+equals windowed attention while no sequence is longer), and refuses a
+soft-capped model on a backend without soft-capping.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
+
+
+class DecodeGraphState(Protocol):
+    """The fixed buffers of one captured decode batch size; the graph's kernels read them."""
+
+    batch_size: int
+    max_kv_tokens: int
+    kv_indptr: torch.Tensor  # [bs + 1] int32, device
+    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
+
+
+class CascadeGraphState(DecodeGraphState, Protocol):
+    """A cascade decode state beside the plain one of its size; its work list is uploaded
+    before each replay."""
+
+    def fits(self, groups: CascadeGroups) -> bool: ...
+
+    def upload(self, groups: CascadeGroups, prefix_lens: np.ndarray) -> None: ...
+
+
+class DecodeGraphPlanner(Protocol):
+    """What decode graphs need of a backend beside `forward`: states of a fixed batch size,
+    planned outside the graph, and what they can do."""
+
+    @property
+    def device_planned(self) -> bool:
+        """Its states read only device buffers (no host plan per step), so decode graphs may
+        build their own inputs (runtime/cuda_graph.py, `run_decode`)."""
+        ...
+
+    @property
+    def cascade_graphs(self) -> bool:
+        """Cascade decode steps can replay graphs of their own (`make_cuda_graph_cascade_state`)."""
+        ...
+
+    def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> DecodeGraphState: ...
+
+    def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None: ...
+
+    def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState: ...
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    # Per layer: how many latest positions a query sees, its own included (transformers'
+    # `sliding_window`; FlashInfer's `window_left` is one less); None: all. Empty: no windows.
+    windows: tuple[int | None, ...] = ()
+    # Logits become cap * tanh(logits / cap) after scaling, before the mask (Gemma 2).
+    logit_softcap: float | None = None
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    @property
+    def min_window(self) -> int | None:
+        """The smallest window of any layer; None when no layer has one."""
+        sizes = [w for w in self.windows if w is not None]
+        return min(sizes) if sizes else None
+
+    @property
+    def plain(self) -> bool:
+        return self.min_window is None and self.logit_softcap is None
 
 
 class AttentionBackend(ABC):
     name: str = "base"
-    # Reads a decode batch's `cascade` groups (each shared prefix once per group);
-    # a backend without it computes the same attention from the whole contexts.
-    supports_cascade: bool = False
-    # Its CUDA-graph decode states read only device buffers (no host plan per step), so
-    # decode graphs may build their own inputs (runtime/cuda_graph.py, `run_decode`).
-    device_planned_graphs: bool = False
-    # Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan),
-    # so extend steps may replay CUDA graphs (runtime/extend_graphs.py).
-    graph_extend: bool = False
 
     def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.pool = pool
@@ -38,10 +110,30 @@ class AttentionBackend(ABC):
         self.scale = scale
 
     @property
-    def cascade_graphs(self) -> bool:
-        """Whether cascade decode steps can replay CUDA graphs (`make_cuda_graph_cascade_state`).
-        Default: no; such steps run eagerly."""
+    def supports_cascade(self) -> bool:
+        """Reads a decode batch's `cascade` groups (each shared prefix once per group);
+        a backend without it computes the same attention from the whole contexts."""
         return False
+
+    @property
+    def graph_extend(self) -> bool:
+        """Its forward runs `ForwardBatch.graph` steps (our Triton kernels, no plan), so
+        extend steps may replay CUDA graphs (runtime/extend_graphs.py)."""
+        return False
+
+    @property
+    def supports_windows(self) -> bool:
+        """Computes `AttentionOptions.windows` (see the module docstring)."""
+        return False
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        """Computes `AttentionOptions.logit_softcap`."""
+        return False
+
+    def decode_graphs(self) -> DecodeGraphPlanner | None:
+        """The maker of this backend's CUDA-graph decode states; None: decode runs eagerly."""
+        return None
 
     def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Load what cascade steps need before the first one (kernels). Default: nothing."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
 
+from radixserve.cache.kv_pool import KVPool
 
-def import_flashinfer() -> Any:
+
+def import_flashinfer() -> ModuleType:
     """The flashinfer module, or an ImportError that says how to get it."""
     try:
         import flashinfer
@@ -47,7 +50,7 @@ class PlanGuard:
 
 @dataclass
 class PlanSlot:
-    wrapper: Any
+    wrapper: Any  # a FlashInfer wrapper (flashinfer has no type hints)
     guard: PlanGuard = field(default_factory=PlanGuard)
 
 
@@ -71,3 +74,78 @@ def host_indptr(lengths: list[int]) -> torch.Tensor:
 
 def pinned_ones(n: int) -> torch.Tensor:
     return torch.ones(n, dtype=torch.int32).pin_memory()
+
+
+class FlashInferPlanner:
+    """What FlashInfer's wrappers share in one engine: the module, one float workspace (the
+    wrappers run one after another on one stream), the attention shape, and the pool's
+    layers as FlashInfer's paged cache with one token per page (`[num_slots, 1, Hkv, D]`
+    views, so `kv_indptr` / `kv_indices` are its page table as they stand)."""
+
+    def __init__(
+        self, fi: ModuleType, pool: KVPool, shape: tuple[int, int, int, float], workspace_bytes: int
+    ) -> None:
+        """`shape`: (query heads, KV heads, head size, softmax scale)."""
+        self.fi = fi
+        self.pool = pool
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = shape
+        self.dtype = pool.config.dtype
+        self.device = torch.device(pool.config.device)
+        # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
+        self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=self.device)
+        hkv, d = self.num_kv_heads, self.head_dim
+        self.caches = [
+            (k.view(-1, 1, hkv, d), v.view(-1, 1, hkv, d)) for k, v in zip(pool.k, pool.v, strict=True)
+        ]
+
+    def pair(self, make: Any, **kw: object) -> list[PlanSlot]:  # Any: an untyped FlashInfer class
+        """Two wrappers of one kind, alternated per step (see PlanGuard)."""
+        return [PlanSlot(make(self.workspace, "NHD", **kw)) for _ in range(2)]
+
+    def plan_prefill(
+        self, slot: PlanSlot, qo_lens: list[int], kv_lens: list[int], indices: torch.Tensor, causal: bool
+    ) -> None:
+        """Plan a prefill wrapper: request i has qo_lens[i] queries over kv_lens[i] slots."""
+        slot.guard.before_plan()
+        slot.wrapper.plan(
+            host_indptr(qo_lens),
+            host_indptr(kv_lens),
+            indices,
+            pinned_ones(len(kv_lens)),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            1,
+            causal=causal,
+            pos_encoding_mode="NONE",
+            sm_scale=self.scale,
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+            non_blocking=True,
+        )
+        slot.guard.after_plan()
+
+    def plan_decode(self, slot: PlanSlot, lens: list[int], indices: torch.Tensor) -> None:
+        """Plan a decode wrapper: row i attends to lens[i] slots."""
+        slot.guard.before_plan()
+        slot.wrapper.plan(
+            host_indptr(lens),
+            indices,
+            pinned_ones(len(lens)),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            1,
+            pos_encoding_mode="NONE",
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+            sm_scale=self.scale,
+            non_blocking=True,
+        )
+        slot.guard.after_plan()
+
+    def query(self, q: torch.Tensor) -> torch.Tensor:
+        """`q` in the cache's dtype, element-dense. Rows may be strided (q is a view of the fused
+        qkv output): the kernels take a row and a head stride, so only the element must be dense."""
+        qc = q.to(self.dtype)
+        return qc if qc.stride(-1) == 1 else qc.contiguous()

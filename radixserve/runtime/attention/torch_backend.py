@@ -7,7 +7,8 @@ backends; slow on a GPU (a Python loop over requests). The decode rows of
 a mixed step (decode tokens beside prefill chunks) take the batched call
 too: on the CPU a per-request call costs about as much as a whole batched
 one. A decode step that carries shared-prefix groups takes the cascade path
-(torch_cascade.py).
+(torch_cascade.py), unless the model has windows or a soft-cap (torch_masked.py):
+its decode rows then take the padded call, whose mask carries the windows.
 """
 
 from __future__ import annotations
@@ -15,16 +16,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
+from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch
+
+_Decode = tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class TorchAttention(AttentionBackend):
     name = "torch"
-    supports_cascade = True
+    @property
+    def supports_cascade(self) -> bool:
+        # The cascade path reads each shared prefix whole: no windows, no soft-cap there.
+        return self.options.plain
+
+    @property
+    def supports_windows(self) -> bool:
+        return True
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        return True
+
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        options: AttentionOptions | None = None,
+    ) -> None:
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
+        self.options = options or AttentionOptions()
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host-side offsets, so the per-layer loop slices without device syncs.
@@ -33,13 +60,15 @@ class TorchAttention(AttentionBackend):
         for p, e in zip(batch.prefix_lens, batch.extend_lens):
             self._qo.append(self._qo[-1] + e)
             self._kv.append(self._kv[-1] + p + e)
-        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._masks: dict[tuple[int, int, int | None], torch.Tensor | None] = {}
         # Decode rows in one batched call: (their q rows, None when every row decodes;
-        # padded slots; mask). `_loop`: the requests that take a call each.
-        self._decode: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = None
+        # padded slots; mask of real keys; context lengths). `_loop`: the requests that
+        # take a call each. `_decode_masks`: the mask per window, made on first use.
+        self._decode: _Decode | None = None
+        self._decode_masks: dict[int | None, torch.Tensor] = {}
         self._loop: Sequence[int] = range(batch.batch_size)
         self._cascade: TorchCascadePlan | None = None
-        if batch.cascade is not None and batch.is_decode:
+        if batch.cascade is not None and batch.is_decode and self.supports_cascade:
             self._cascade = plan_cascade(batch, batch.cascade)
             return
         ones = [i for i, e in enumerate(batch.extend_lens) if e == 1]
@@ -47,9 +76,7 @@ class TorchAttention(AttentionBackend):
             self._decode = self._plan_decode(batch, ones)
             self._loop = [i for i, e in enumerate(batch.extend_lens) if e != 1]
 
-    def _plan_decode(
-        self, batch: ForwardBatch, rows: list[int]
-    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    def _plan_decode(self, batch: ForwardBatch, rows: list[int]) -> _Decode:
         """The q rows of requests `rows` (one new token each), their slots padded to the
         longest context `[R, L]`, and the mask of real ones: one batched SDPA per layer
         instead of R calls."""
@@ -63,27 +90,32 @@ class TorchAttention(AttentionBackend):
         q_rows = None
         if len(rows) < batch.batch_size:
             q_rows = torch.tensor([self._qo[i] for i in rows], device=device)
-        return q_rows, batch.kv_indices.long()[idx], valid[:, None, None, :]
+        return q_rows, batch.kv_indices.long()[idx], valid, lens
 
     def _batched_decode(
-        self, q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, gqa: bool
+        self, q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, gqa: bool, window: int | None
     ) -> torch.Tensor:
         assert self._decode is not None
-        q_rows, slots, dmask = self._decode
+        q_rows, slots, valid, lens = self._decode
+        if window not in self._decode_masks:
+            mask = valid if window is None else window_valid(valid, lens, window)
+            self._decode_masks[window] = mask[:, None, None, :]
         qd = q if q_rows is None else q[q_rows]
         kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [R, Hkv, L, D]
         vb = v_buf[slots].transpose(1, 2).to(q.dtype)
-        o = F.scaled_dot_product_attention(
-            qd[:, :, None, :], kb, vb, attn_mask=dmask, scale=self.scale, enable_gqa=gqa
+        o = attention(
+            qd[:, :, None, :], kb, vb, self._decode_masks[window], self.scale, self.options.logit_softcap, gqa
         )
         return o[:, :, 0, :]
 
-    def _mask(self, prefix: int, extend: int, device: torch.device) -> torch.Tensor:
-        key = (prefix, extend)
+    def _mask(
+        self, prefix: int, extend: int, window: int | None, device: torch.device
+    ) -> torch.Tensor | None:
+        """The request's mask; None when it sees every key (one new token inside its window)."""
+        key = (prefix, extend, window)
         if key not in self._masks:
-            q_pos = torch.arange(prefix, prefix + extend, device=device)[:, None]
-            kv_pos = torch.arange(prefix + extend, device=device)[None, :]
-            self._masks[key] = kv_pos <= q_pos
+            sees_all = extend == 1 and (window is None or prefix < window)
+            self._masks[key] = None if sees_all else causal_mask(prefix, extend, window, device)
         return self._masks[key]
 
     def forward(
@@ -92,13 +124,14 @@ class TorchAttention(AttentionBackend):
         self.pool.write(layer, batch.out_slots, k, v)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         gqa = self.num_heads != self.num_kv_heads
+        window = self.options.window(layer)
         if self._cascade is not None:
             return cascade_forward(q, k_buf, v_buf, self._cascade, self.scale)
         if self._decode is not None and self._decode[0] is None:  # a decode step
-            return self._batched_decode(q, k_buf, v_buf, gqa)
+            return self._batched_decode(q, k_buf, v_buf, gqa, window)
         out = torch.empty_like(q)
         if self._decode is not None:  # the decode rows of a mixed step
-            out[self._decode[0]] = self._batched_decode(q, k_buf, v_buf, gqa)
+            out[self._decode[0]] = self._batched_decode(q, k_buf, v_buf, gqa, window)
         for i in self._loop:
             prefix, extend = batch.prefix_lens[i], batch.extend_lens[i]
             q0, q1 = self._qo[i], self._qo[i + 1]
@@ -106,7 +139,7 @@ class TorchAttention(AttentionBackend):
             qi = q[q0:q1].transpose(0, 1)  # [Hq, n, D]
             ki = k_buf[slots].transpose(0, 1).to(q.dtype)  # [Hkv, L, D]
             vi = v_buf[slots].transpose(0, 1).to(q.dtype)
-            mask = None if extend == 1 else self._mask(prefix, extend, q.device)
-            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+            mask = self._mask(prefix, extend, window, q.device)
+            oi = attention(qi, ki, vi, mask, self.scale, self.options.logit_softcap, gqa)
             out[q0:q1] = oi.transpose(0, 1)
         return out

@@ -33,8 +33,14 @@ from radixserve.runtime.forward_batch import ForwardBatch
 
 class TritonAttention(AttentionBackend):
     name = "triton"
-    supports_cascade = True
-    graph_extend = True
+
+    @property
+    def supports_cascade(self) -> bool:
+        return True
+
+    @property
+    def graph_extend(self) -> bool:
+        return True
 
     def __init__(
         self,

@@ -34,13 +34,13 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.host_copy import to_device
 from radixserve.runtime.attention import cascade_items as ci
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.host import to_device
 
 # Level 0's programs per SM to aim for. One wave: on the H200 (benchmarks/gpu_cascade_tune.py,
 # W5's shape) 16 splits of a 16-row group beat 32 by 1.2x, and 8 splits of a 64-row group in

@@ -13,11 +13,11 @@ at most `MAX_GRAPH_GROUPS` groups fits; others run eagerly.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import torch
 
+from radixserve.host_copy import PinnedStaging
 from radixserve.runtime.attention import cascade_items as ci
 from radixserve.runtime.attention.triton_cascade import (
     CascadeLaunch,
@@ -26,8 +26,8 @@ from radixserve.runtime.attention.triton_cascade import (
     prefix_warps_for,
     run_levels,
 )
+from radixserve.runtime.attention.triton_decode import TritonDecodeGraphState
 from radixserve.runtime.cascade import CascadeGroups
-from radixserve.runtime.host import PinnedStaging
 
 # Graphs fix level 0's partial slots; a group's splits follow its prefix up to this many.
 GRAPH_PREFIX_SPLITS = 16
@@ -67,8 +67,10 @@ class TritonCascadeGraphState:
     shape: CascadeShape
 
     @staticmethod
-    def make(plain: Any, staging: CascadeStaging, shape: CascadeShape) -> TritonCascadeGraphState:
-        """From the plain Triton graph state of the same size (`TritonDecodeGraphState`)."""
+    def make(
+        plain: TritonDecodeGraphState, staging: CascadeStaging, shape: CascadeShape
+    ) -> TritonCascadeGraphState:
+        """From the plain Triton graph state of the same size."""
         bs = plain.batch_size
         block_m = block_m_for(bs * shape.group)  # its groups are not known yet
         cap = ci.item_capacity(bs, shape.group, block_m, shape.target_items)
@@ -124,8 +126,8 @@ class CascadeGraphs:
         self.shape, self.device = shape, device
         self._staging: CascadeStaging | None = None
 
-    def make(self, plain: Any) -> TritonCascadeGraphState:
-        """Beside the plain graph state `plain` (`TritonDecodeGraphState`), sharing its page table."""
+    def make(self, plain: TritonDecodeGraphState) -> TritonCascadeGraphState:
+        """Beside the plain graph state `plain`, sharing its page table."""
         if self._staging is None:
             self._staging = CascadeStaging.for_batch(plain.batch_size, self.shape, self.device)
         return TritonCascadeGraphState.make(plain, self._staging, self.shape)

@@ -23,10 +23,10 @@ Importing this module does not import triton; the first run does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from radixserve.runtime.attention.tiling import DecodeTiling
 from radixserve.runtime.forward_batch import ForwardBatch
 
 # Split-K: enough programs (batch x KV heads x splits) to fill the GPU about
@@ -44,11 +44,11 @@ _NUM_WARPS = 4
 _MIN_KEYS_PER_SPLIT = 128
 
 
-def decode_tiling(batch_size: int, num_kv_heads: int, num_sms: int, longest: int | None = None) -> Any:
+def decode_tiling(
+    batch_size: int, num_kv_heads: int, num_sms: int, longest: int | None = None
+) -> DecodeTiling:
     """The kernel's tiling for a decode batch; `longest` (the longest context, when known) caps
     the splits."""
-    from radixserve.runtime.attention.triton_kernels import DecodeTiling  # imports triton
-
     want = _PROGRAM_WAVES * num_sms // (batch_size * num_kv_heads)
     cap = _MAX_SPLITS if longest is None else max(1, longest // _MIN_KEYS_PER_SPLIT)
     # A power of two: each count is a compiled kernel, so few distinct ones.
@@ -62,7 +62,7 @@ class TritonDecodeGraphState:
 
     batch_size: int
     max_kv_tokens: int
-    tiling: Any  # triton_kernels.DecodeTiling
+    tiling: DecodeTiling
     scale: float
     kv_indptr: torch.Tensor  # [bs + 1] int32, device
     kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
@@ -80,7 +80,7 @@ class TritonDecode:
         self.device = device
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._tiling: Any = None
+        self._tiling: DecodeTiling | None = None
         self._graph_indices: torch.Tensor | None = None
 
     def plan(self, batch: ForwardBatch) -> None:
@@ -88,7 +88,7 @@ class TritonDecode:
         self._tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self.num_sms, max(batch.seq_lens))
 
     def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        assert self._table is not None, "run before plan"
+        assert self._table is not None and self._tiling is not None, "run before plan"
         return _run(q, cache, self._table, self.scale, self._tiling)
 
     def make_graph_state(self, batch_size: int, max_kv_tokens: int) -> TritonDecodeGraphState:
@@ -118,7 +118,7 @@ def _run(
     cache: tuple[torch.Tensor, torch.Tensor],
     table: tuple[torch.Tensor, torch.Tensor],
     scale: float,
-    tiling: Any,
+    tiling: DecodeTiling,
 ) -> torch.Tensor:
     from radixserve.runtime.attention import triton_kernels as tk  # imports triton: only when used
 

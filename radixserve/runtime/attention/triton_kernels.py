@@ -14,12 +14,11 @@ extend (prefill) kernel is in `triton_extend`, the cascade prefix level in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
+from radixserve.runtime.attention.tiling import DecodeTiling
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 
 
@@ -185,20 +184,6 @@ def check_qkv(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> to
         q = q.contiguous()
     assert k_pool.stride(-1) == 1 and v_pool.stride(-1) == 1, "pool rows must be contiguous"
     return q
-
-
-@dataclass(frozen=True)
-class DecodeTiling:
-    """How the decode kernel cuts its work.
-
-    `splits` programs per (request, KV head), each over `ceil(len / splits)`
-    keys (a context shorter than `splits` leaves the last splits empty: they
-    write only a -inf log-sum-exp); `block_n` keys per tile.
-    """
-
-    splits: int = 1
-    block_n: int = 64
-    num_warps: int = 4
 
 
 def decode_attention(
