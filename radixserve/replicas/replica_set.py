@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Generic, TypeVar
 
 from radixserve.chat_output import ChatRewriter
 from radixserve.chat_plan import ChatOptions, ChatParsers
@@ -37,60 +37,10 @@ from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt
 from radixserve.replicas.devices import replica_configs
 from radixserve.replicas.prepare import prepare_request
+from radixserve.replicas.replica import Replica
 from radixserve.replicas.router import Placement, Router
 from radixserve.replicas.stats import merge_stats
 from radixserve.sampling_params import SamplingParams
-
-
-class Replica(Protocol):
-    """What a replica is to the set: an engine (`AsyncEngine`, which this layer sits below)."""
-
-    config: EngineConfig
-    loaded: LoadedModel | None
-    context_length: int
-
-    async def start(self) -> object: ...
-
-    async def shutdown(self, drain: bool = ...) -> None: ...
-
-    @property
-    def healthy(self) -> bool: ...
-
-    @property
-    def chat_parsers(self) -> ChatParsers | None: ...
-
-    @property
-    def tokenizer(self) -> Any: ...  # as AsyncEngine.tokenizer
-
-    @property
-    def grammar_cache(self) -> GrammarCache | None: ...
-
-    def generate(
-        self,
-        prompt: Prompt,
-        params: SamplingParams | None = ...,
-        *,
-        request_id: str | None = ...,
-        extra_key: str | None = ...,
-    ) -> AsyncIterator[RequestOutput]: ...
-
-    async def complete(
-        self,
-        prompt: Prompt,
-        params: SamplingParams | None = ...,
-        *,
-        request_id: str | None = ...,
-        extra_key: str | None = ...,
-    ) -> RequestOutput | list[RequestOutput]: ...
-
-    async def abort(self, request_id: str) -> None: ...
-
-    async def flush_cache(self) -> bool: ...
-
-    async def check_integrity(self) -> None: ...
-
-    async def stats(self) -> dict[str, int | float]: ...
-
 
 E = TypeVar("E", bound=Replica)
 
