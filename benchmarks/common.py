@@ -14,6 +14,8 @@ Draw order (one `random.Random(seed)` stream, the same stream as
   all lengths first makes them the same for every vocabulary size.
 - W2: the prefix ids first, then each request's question ids in order, each
   `randint(0, vocab_size - 1)`.
+- W8: the prefix ids of every group, group by group, then each request's own
+  ids in arrival order (one request of each group in turn).
 """
 
 from __future__ import annotations
@@ -78,6 +80,20 @@ def w2_requests(
     rng = random.Random(seed)
     prefix = [rng.randint(0, vocab_size - 1) for _ in range(prefix_len)]
     return [(prefix + [rng.randint(0, vocab_size - 1) for _ in range(q_len)], out_len) for _ in range(n)]
+
+
+def w8_requests(
+    groups: int, per_group: int, prefix_len: int, q_len: int, vocab_size: int, seed: int = 0
+) -> list[list[int]]:
+    """W8: `groups` prefixes, each shared by `per_group` requests of prefix + q_len own ids,
+    groups interleaved in arrival order."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randint(0, vocab_size - 1) for _ in range(prefix_len)] for _ in range(groups)]
+    return [
+        prefixes[g] + [rng.randint(0, vocab_size - 1) for _ in range(q_len)]
+        for _ in range(per_group)
+        for g in range(groups)
+    ]
 
 
 def best_hit_rate(n: int, prefix_len: int, q_len: int) -> float:

@@ -5,6 +5,7 @@
     echo "Summarize: ..." | radixserve generate - --chat
     radixserve chat --system "You are terse."     # /reset clears the history, /exit or EOF ends
     radixserve serve --port 8000 --api-key KEY    # HTTP: OpenAI-compatible and SGLang-native
+    radixserve serve --ray --replicas 4           # ... on Ray Serve, replicas by prefix affinity
 
 Both run on the embedded default model unless `--model` names another (a
 Hugging Face folder, a .gguf file or `dummy:<shape>`). The command runs one
@@ -121,8 +122,16 @@ def _serve(args: argparse.Namespace) -> int:
         limits = check_serve_args(args)
     except ValueError as e:
         return _fail(str(e), EXIT_USAGE)
+    if args.ray:
+        try:  # radixserve.ray: the ray extra
+            from radixserve.ray.cli import serve_on_ray
+        except ImportError as e:
+            return _fail(f"--ray needs Ray Serve: pip install 'radixserve[ray]' ({e})", EXIT_USAGE)
     try:
-        serve_command(args, limits)
+        if args.ray:
+            serve_on_ray(args, limits)
+        else:
+            serve_command(args, limits)
     except KeyboardInterrupt:  # during start-up, before the server's own handlers
         return EXIT_INTERRUPTED
     except Exception as e:

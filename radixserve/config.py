@@ -7,11 +7,50 @@ global configuration object to reach into.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from radixserve.sched.config import SchedulerConfig
+
+ROUTER_POLICIES = ("cache_aware", "round_robin", "least_loaded")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How an engine of replicas spreads requests (`EngineConfig.router`; radixserve/replicas/)."""
+
+    # "cache_aware": to the replica that holds the longest prefix of the prompt, unless it is
+    # too loaded (below); "round_robin": in turn; "least_loaded": fewest requests in flight.
+    policy: str = "cache_aware"
+    # A prefix counts when it covers at least this share of the prompt (SGLang's router's
+    # default); below it the least loaded replica takes the request, spreading new prefixes.
+    cache_threshold: float = 0.5
+    # The prefix's replica is too loaded when its requests in flight exceed the least loaded
+    # replica's by more than `balance_abs` and by more than a factor `balance_rel` (both: a
+    # small absolute gap is noise, a small ratio at high load costs little queueing).
+    balance_abs: int = 32
+    balance_rel: float = 1.5
+    # Tokens the router's index remembers per replica; None: the replica's KV pool size (its
+    # radix cache can never hold more).
+    index_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in ROUTER_POLICIES:
+            raise ValueError(f"RouterConfig.policy={self.policy!r}: use one of {', '.join(ROUTER_POLICIES)}")
+        t = self.cache_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"RouterConfig.cache_threshold={t!r}: must be a share in [0, 1]")
+        a = self.balance_abs
+        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
+            raise ValueError(f"RouterConfig.balance_abs={a!r}: must be an integer >= 0")
+        r = self.balance_rel
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 1.0 <= r < float("inf"):
+            raise ValueError(f"RouterConfig.balance_rel={r!r}: must be a factor >= 1")
+        n = self.index_tokens
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"RouterConfig.index_tokens={n!r}: must be None or an integer >= 1")
+
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
 CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
@@ -104,6 +143,12 @@ class EngineConfig:
     # Compiles that ran past the timeout cannot be stopped: they run on, unwaited for. While
     # this many do, new grammars are refused (a ValueError; cached grammars still serve).
     grammar_max_abandoned: int = 2
+    # Replicas (radixserve/replicas/): None runs one engine. N runs N engines, each with its
+    # own worker thread, on `data_parallel_devices` (else cuda:0..N-1 on a GPU, N times the
+    # CPU), behind one AsyncEngine and a router (`router`); 1 is one engine behind the router.
+    data_parallel_size: int | None = None
+    data_parallel_devices: tuple[str, ...] | None = None
+    router: RouterConfig = field(default_factory=RouterConfig)
 
     def __post_init__(self) -> None:
         for name in (
@@ -150,6 +195,12 @@ class EngineConfig:
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
         _check_grammar_fields(self)
+        _check_replica_fields(self)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether this config runs replicas behind a router (`radixserve.replicas`)."""
+        return self.data_parallel_size is not None or self.data_parallel_devices is not None
 
     @property
     def overlap_enabled(self) -> bool:
@@ -209,3 +260,22 @@ def _check_grammar_fields(cfg: EngineConfig) -> None:
         n = getattr(cfg, name)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"EngineConfig.{name}={n!r}: must be an integer >= 1")
+
+
+def _check_replica_fields(cfg: EngineConfig) -> None:
+    n, devices = cfg.data_parallel_size, cfg.data_parallel_devices
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"EngineConfig.data_parallel_size={n!r}: must be None or an integer >= 1")
+    if devices is not None:
+        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
+            raise ValueError(
+                f"EngineConfig.data_parallel_devices={devices!r}: must be None or device names, "
+                "e.g. ('cuda:0', 'cuda:1')"
+            )
+        if n is not None and n != len(devices):
+            raise ValueError(
+                f"EngineConfig.data_parallel_size={n} but data_parallel_devices names {len(devices)}"
+            )
+        object.__setattr__(cfg, "data_parallel_devices", tuple(devices))  # a list given: frozen as a tuple
+    if not isinstance(cfg.router, RouterConfig):
+        raise TypeError(f"EngineConfig.router must be a RouterConfig, got {type(cfg.router).__name__}")

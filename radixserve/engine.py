@@ -37,6 +37,7 @@ from radixserve.grammar_compiler import GrammarCompiler, xgrammar_backend
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import JsonObject, Prompt, is_chat
+from radixserve.replicas.replica_set import ReplicaSet
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.messages import AbortRequest, AddRequests, CheckIntegrity, FlushCache, ReadStats, Reply
 from radixserve.sched.request import Request
@@ -66,11 +67,18 @@ class AsyncEngine:
         self.context_length = 0
         self._grammars = GrammarCompiler(self.config, lambda: xgrammar_backend(self.loaded))
         self._parsers: ChatParsers | None = None
+        # Replicas (`data_parallel_size`): every call below goes to them (radixserve/replicas/),
+        # and this engine builds nothing of its own.
+        self._replicas = ReplicaSet(self.config, AsyncEngine) if self.config.replicated else None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> AsyncEngine:
         """Load the model and start the worker; concurrent calls share one start."""
+        if self._replicas is not None:
+            await self._replicas.start()
+            self.loaded, self.context_length = self._replicas.loaded, self._replicas.context_length
+            return self
         loop = asyncio.get_running_loop()
         if self._loop is not None and loop is not self._loop and (self._worker or self._start_task):
             raise RuntimeError(WRONG_LOOP)
@@ -103,6 +111,8 @@ class AsyncEngine:
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop this engine was started in (None before `start()`); it serves only that loop."""
+        if self._replicas is not None:
+            return self._replicas.loop
         return self._loop
 
     def _build(self) -> None:
@@ -126,6 +136,10 @@ class AsyncEngine:
 
         Without it, every request still pending ends at once: its `complete()` or
         `generate()` raises `EngineClosedError`. Later calls raise `RuntimeError`."""
+        if self._replicas is not None:
+            await self._replicas.shutdown(drain)
+            self.loaded = None
+            return
         if self._start_task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._start_task)
@@ -160,6 +174,8 @@ class AsyncEngine:
 
     @property
     def healthy(self) -> bool:
+        if self._replicas is not None:  # while one replica serves (the others: stats())
+            return self._replicas.healthy
         loop_ok = self._loop is not None and not self._loop.is_closed()
         stalled = self._watchdog is not None and self._watchdog.stalled
         running = self._worker is not None and self._worker.alive and self._error is None
@@ -168,11 +184,20 @@ class AsyncEngine:
     @property
     def chat_parsers(self) -> ChatParsers | None:
         """The tool-call and reasoning formats of this model's chat outputs (None: no tokenizer)."""
+        if self._replicas is not None:
+            return self._replicas.chat_parsers
         return self._parsers
 
     @property
     def tokenizer(self) -> Any:  # transformers' tokenizer (untyped) or TextTokenizer, as loaded
+        if self._replicas is not None:
+            return self._replicas.tokenizer
         return self.loaded.tokenizer if self.loaded else None
+
+    @property
+    def replicas(self) -> tuple[AsyncEngine, ...]:
+        """The engines of each replica with `data_parallel_size` (none without)."""
+        return self._replicas.engines if self._replicas is not None else ()
 
     # ---- requests ------------------------------------------------------------------------
 
@@ -200,6 +225,18 @@ class AsyncEngine:
         after a plain `break`, when the generator is garbage-collected (in CPython
         right away, unless the caller still holds a reference to it).
         """
+        if self._replicas is not None:
+            gen = self._replicas.generate(
+                prompt,
+                params,
+                request_id=request_id,
+                extra_key=extra_key,
+                options=ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs),
+            )
+            async with contextlib.aclosing(gen):
+                async for out in gen:
+                    yield out
+            return
         params = params or SamplingParams()
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         prompt, params, rewrite = self._chat(prompt, params, options)
@@ -242,6 +279,14 @@ class AsyncEngine:
         Unlike `generate`, nothing wakes the caller before the end: under many
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
+        if self._replicas is not None:
+            return await self._replicas.complete(
+                prompt,
+                params,
+                request_id=request_id,
+                extra_key=extra_key,
+                options=ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs),
+            )
         params = params or SamplingParams()
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         prompt, params, rewrite = self._chat(prompt, params, options)
@@ -293,6 +338,8 @@ class AsyncEngine:
             self._worker.submit(AbortRequest(rid, "cancelled by the caller"))
 
     async def abort(self, request_id: str) -> None:
+        if self._replicas is not None:
+            return await self._replicas.abort(request_id)
         self._check_loop()
         if self._worker is not None:
             key = self._sinks.key_of(request_id)
@@ -313,14 +360,21 @@ class AsyncEngine:
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
+        if self._replicas is not None:
+            return await self._replicas.flush_cache()
         return bool(await self._ask(FlushCache))
 
     async def check_integrity(self) -> None:
         """Assert every KV slot is free, in the radix tree, or owned by a running request."""
+        if self._replicas is not None:
+            return await self._replicas.check_integrity()
         await self._ask(CheckIntegrity)
 
     async def stats(self) -> dict[str, int | float]:
-        """The scheduler's and the worker's counters (sched/stats.py) and the watchdog's stalls."""
+        """The scheduler's and the worker's counters (sched/stats.py) and the watchdog's stalls;
+        with replicas, theirs summed and the router's (replicas/stats.py)."""
+        if self._replicas is not None:
+            return await self._replicas.stats()
         stats = await self._ask(ReadStats)
         assert isinstance(stats, dict)
         stats["watchdog_stalls"] = self._watchdog.stalls if self._watchdog is not None else 0
@@ -339,15 +393,21 @@ class AsyncEngine:
 
     @property
     def grammar_cache(self) -> GrammarCache | None:
+        if self._replicas is not None:  # replica 0's: each compiles and keeps its own
+            return self._replicas.engines[0].grammar_cache
         return self._grammars.cache
 
     # ---- internals -----------------------------------------------------------------------
 
     def _check_loop(self) -> None:
+        if self._replicas is not None:
+            return self._replicas.check_loop()
         if self._loop is not None and asyncio.get_running_loop() is not self._loop:
             raise RuntimeError(WRONG_LOOP)
 
     def _check_alive(self) -> None:
+        if self._replicas is not None:
+            return self._replicas.check_alive()
         self._check_loop()
         if self._error is not None:
             raise EngineDeadError(f"the engine's worker failed: {self._error!r}") from self._error

@@ -33,17 +33,8 @@ def make_requests(
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
     ids = tokenize_prompt(loaded.tokenizer, prompt)
-    if not ids:
-        raise ValueError("the prompt is empty")
-    if len(ids) >= context_length:
-        raise ValueError(
-            f"the prompt has {len(ids)} tokens; the context is {context_length} tokens "
-            "(the prompt plus at least one generated token must fit)"
-        )
-    vocab = loaded.config.vocab_size
-    if max(ids) >= vocab or min(ids) < 0:
-        raise ValueError(f"input_ids must be token ids in [0, {vocab})")
-    params.check_vocab(vocab)
+    check_prompt_ids(ids, context_length, loaded.config.vocab_size)
+    params.check_vocab(loaded.config.vocab_size)
     rid = request_id or uuid.uuid4().hex
     if not isinstance(rid, str):
         raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
@@ -57,6 +48,19 @@ def make_requests(
         p = params if params.n == 1 or params.seed is None else replace(params, seed=params.seed + i, n=1)
         reqs.append(Request(rid, i, list(ids), p, eos, context_length, extra_key, arrival=next(arrival)))
     return reqs
+
+
+def check_prompt_ids(ids: list[int], context_length: int, vocab: int) -> None:
+    """ValueError unless `ids` is a prompt the engine can run (also the replicas' router's check)."""
+    if not ids:
+        raise ValueError("the prompt is empty")
+    if len(ids) >= context_length:
+        raise ValueError(
+            f"the prompt has {len(ids)} tokens; the context is {context_length} tokens "
+            "(the prompt plus at least one generated token must fit)"
+        )
+    if max(ids) >= vocab or min(ids) < 0:
+        raise ValueError(f"input_ids must be token ids in [0, {vocab})")
 
 
 Result = RequestOutput | list[RequestOutput]

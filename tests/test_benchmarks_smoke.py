@@ -92,6 +92,28 @@ def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
     assert "| W2-cpu" in proc.stdout  # the table is printed
 
 
+def test_bench_replicas_quick_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "replicas.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_replicas.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    w8 = {r["setting"]: r["figures"] for r in doc["results"] if r["workload"] == "W8"}
+    assert set(w8) == {"one engine", "cache-aware router", "round-robin"}
+    for fig in w8.values():
+        assert fig["same_tokens_as_one_engine"] == fig["requests"]  # greedy: the same tokens anywhere
+        assert fig["output_tok_s"] > 0 and 0 <= fig["of_ideal"] <= 1
+    assert w8["cache-aware router"]["decisions"]["prefix"] > 0
+    assert w8["round-robin"]["decisions"]["round_robin"] > 0
+    w1 = {r["mode"]: r["figures"] for r in doc["results"] if r["workload"] == "W1"}
+    assert set(w1) == {"complete()", "streaming"} and all(f["ratio"] > 0 for f in w1.values())
+    assert "| cache-aware router" in proc.stdout and "| streaming" in proc.stdout  # the tables
+
+
 def test_tool_calls_quick_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "tool_calls.json"
     proc = subprocess.run(

@@ -1,6 +1,8 @@
 """`radixserve serve`: the HTTP server on one engine (OpenAI-compatible and SGLang-native routes).
 
     radixserve serve --model smollm2-135m-instruct --host 127.0.0.1 --port 8000 --api-key KEY
+    radixserve serve --model /models/llama-3.1-8b --data-parallel-size 8   # a replica per GPU
+    radixserve serve --model /models/llama-3.1-8b --ray --replicas 8       # on Ray Serve
 
 Loopback by default; binding another address without an API key prints a
 warning. Only the Host names in --allowed-hosts are served (default: localhost,
@@ -34,6 +36,25 @@ def add_serve_parser(sub: Any) -> None:
     )
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N replicas of the model, one per GPU (cuda:0..N-1; N on the CPU), behind a "
+        "cache-aware router (docs/replicas.md)",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve on Ray Serve (the ray extra): --replicas engines behind a prefix-affinity router",
+    )
+    p.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: engine replicas")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --ray: a Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument(
@@ -98,6 +119,14 @@ def check_serve_args(args: argparse.Namespace) -> ServerLimits:
         max_prompt_chars=args.max_prompt_chars,
         max_json_depth=args.max_json_depth,
     )
+    if args.data_parallel_size is not None and args.data_parallel_size < 1:
+        raise ValueError(f"--data-parallel-size {args.data_parallel_size}: must be >= 1")
+    if args.replicas < 1:
+        raise ValueError(f"--replicas {args.replicas}: must be >= 1")
+    if args.ray and args.data_parallel_size is not None:
+        raise ValueError("--ray runs --replicas engines: leave --data-parallel-size out")
+    if (args.replicas != 1 or args.ray_address) and not args.ray:
+        raise ValueError("--replicas and --ray-address go with --ray")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: must be in [0, 65535]")
     if args.timeout_keep_alive < 1:
@@ -116,25 +145,17 @@ def check_serve_args(args: argparse.Namespace) -> ServerLimits:
 
 def serve_command(args: argparse.Namespace, limits: ServerLimits) -> None:
     """Warn about an open address, then serve until stopped; errors propagate to the CLI,
-    which turns them into one line and exit code 1."""
-    if not args.api_key and not _is_loopback(args.host):
-        print(
-            f"radixserve: warning: serving on {args.host} without --api-key: "
-            "anyone who can reach it may use it",
-            file=sys.stderr,
-        )
-    if args.allowed_hosts is None and _is_wildcard(args.host):
-        print(
-            f"radixserve: note: serving on {args.host}: only requests to localhost, 127.0.0.1 or "
-            "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
-            file=sys.stderr,
-        )
+    which turns them into one line and exit code 1. (`--ray` is the CLI's: radixserve.ray.)"""
+    warn_open_address(args)
     from radixserve.config import EngineConfig
     from radixserve.engine import AsyncEngine
     from radixserve.event_loops import run
     from radixserve.server.runner import serve
 
-    engine = AsyncEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype))
+    config = EngineConfig(
+        model=args.model, device=args.device, dtype=args.dtype, data_parallel_size=args.data_parallel_size
+    )
+    engine = AsyncEngine(config)
 
     def ready(server: Any, url: str) -> None:
         print(
@@ -161,6 +182,23 @@ def serve_command(args: argparse.Namespace, limits: ServerLimits) -> None:
         )
     )
     print("radixserve: stopped", file=sys.stderr)
+
+
+def warn_open_address(args: argparse.Namespace) -> None:
+    """To stderr: an address others can reach without a key, or a wildcard that answers only
+    loopback names."""
+    if not args.api_key and not _is_loopback(args.host):
+        print(
+            f"radixserve: warning: serving on {args.host} without --api-key: "
+            "anyone who can reach it may use it",
+            file=sys.stderr,
+        )
+    if args.allowed_hosts is None and _is_wildcard(args.host):
+        print(
+            f"radixserve: note: serving on {args.host}: only requests to localhost, 127.0.0.1 or "
+            "[::1] are answered; name the hosts clients (and health probes) use with --allowed-hosts",
+            file=sys.stderr,
+        )
 
 
 def _is_wildcard(host: str) -> bool:

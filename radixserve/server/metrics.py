@@ -4,7 +4,8 @@ Routes wrap each engine request in `metrics.track()`; the returned `Tracker`
 sees every output and records time to first token, inter-token latency (per
 token, from the gap between outputs), end-to-end latency and the token
 counters. Gauges that describe the engine (running / waiting requests, KV
-usage, cache hit rate) are read from `engine.stats()` when `/metrics` is scraped.
+usage, cache hit rate; with replicas, the router's decisions and each replica's
+health: `replica_metrics.py`) are read from `engine.stats()` when `/metrics` is scraped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from radixserve.outputs import RequestOutput
+from radixserve.server.replica_metrics import ReplicaCollector
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ITL = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -50,6 +52,8 @@ class ServerMetrics:
         self.e2e = Histogram(
             "radixserve_e2e_request_latency_seconds", "Request latency", buckets=_LATENCY, registry=r
         )
+        self.replicas = ReplicaCollector()  # router and replicas (an engine of replicas only)
+        r.register(self.replicas)
 
     def track(self) -> Tracker:
         return Tracker(self)
@@ -63,6 +67,7 @@ class ServerMetrics:
             total = max(1, s["total_slots"])
             self.kv_usage.set((total - s["free_slots"]) / total)
             self.hit_rate.set(s["prompt_tokens_cached"] / s["prompt_tokens"] if s["prompt_tokens"] else 0.0)
+            self.replicas.update(s)
         self.in_flight.set(in_flight)
         return generate_latest(self.registry)
 

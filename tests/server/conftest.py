@@ -54,13 +54,13 @@ def settled(live: ServerThread) -> dict[str, Any]:
     return live.call(check)
 
 
-def start_serve(api_key: str) -> tuple[subprocess.Popen[str], str]:
-    """`radixserve serve` in its own process on a free port, as a user starts it; returns the
-    process (its stderr still open) and its URL once it says it is ready."""
+def start_serve(api_key: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """`radixserve serve` in its own process on a free port, as a user starts it (`args`: more
+    flags); returns the process (its stderr still open) and its URL once it says it is ready."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     cmd = [sys.executable, "-m", "radixserve", "serve", "--port", "0", "--device", "cpu"]
-    cmd += ["--api-key", api_key]
+    cmd += ["--api-key", api_key, *args]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=root)
     assert proc.stderr is not None
     for line in proc.stderr:  # the ready line, after the model loaded

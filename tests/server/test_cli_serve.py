@@ -56,6 +56,30 @@ def test_serve_bad_arguments_and_missing_model(capsys: pytest.CaptureFixture[str
 
     assert main(["serve", "--port", "70000"]) == 2
     assert main(["serve", "--max-queued-requests", "0"]) == 2
+    assert main(["serve", "--data-parallel-size", "0"]) == 2
+    assert main(["serve", "--replicas", "2"]) == 2  # without --ray
+    assert main(["serve", "--ray", "--replicas", "0"]) == 2
     assert main(["serve", "--model", "/nonexistent/model", "--port", "0"]) == 1  # a one-line error, exit 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("radixserve: error: model '/nonexistent/model' not found")
+
+
+def test_serve_with_replicas_routes_by_prefix_and_reports_them() -> None:
+    proc, url = start_serve("k", "--data-parallel-size", "2")
+    try:
+        headers = {"authorization": "Bearer k"}
+        body = {"model": MODEL, "prompt": "The three laws of motion are", "max_tokens": 4}
+        for _ in range(2):  # the second follows the first's prefix
+            r = httpx.post(f"{url}/v1/completions", json=body, headers=headers, timeout=120)
+            assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        metrics = httpx.get(f"{url}/metrics", headers=headers).text
+        assert 'radixserve_router_decisions_total{decision="prefix"} 1.0' in metrics
+        assert 'radixserve_replica_healthy{replica="0"} 1.0' in metrics
+        assert 'radixserve_replica_healthy{replica="1"} 1.0' in metrics
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

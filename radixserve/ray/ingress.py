@@ -1,0 +1,253 @@
+"""The ingress of a Ray Serve application: `create_app`'s routes over `ServeEngine`.
+
+`ServeEngine` is `AsyncEngine`'s API over the engine replicas' deployment
+handle, so the app is the very one `radixserve serve` runs (OpenAI-compatible
+and native routes, metrics). It prepares each request as one engine would
+(with the tokenizer the replicas load, whose files one of them sends at start)
+and calls a replica with token ids; Ray Serve's request router (`router.py`)
+picks the replica. `abort` and the maintenance calls go to every replica (the
+handle's `broadcast`); `stats()` sums theirs. Replica health is Ray Serve's:
+a replica whose engine failed fails its health check and is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+
+from radixserve.chat_plan import ChatOptions, ChatParsers
+from radixserve.config import EngineConfig
+from radixserve.constrained.cache import GrammarCache
+from radixserve.engine import AsyncEngine
+from radixserve.errors import WRONG_LOOP
+from radixserve.model.tokenizer import load_tokenizer
+from radixserve.outputs import RequestOutput
+from radixserve.prompts import JsonObject, Prompt
+from radixserve.ray.replica import ReplicaInfo
+from radixserve.replicas.prepare import prepare_request
+from radixserve.sampling_params import SamplingParams
+from radixserve.server.app import LOOPBACK_HOSTS, create_app
+from radixserve.server.limits import ServerLimits
+from radixserve.submission import complete_many
+
+MAINTENANCE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """`create_app`'s options for the ingress."""
+
+    api_key: str | None = None
+    model_name: str | None = None
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    cors_origins: tuple[str, ...] = ()
+    limits: ServerLimits = field(default_factory=ServerLimits)
+
+
+class ServeEngine(AsyncEngine):
+    """`AsyncEngine`'s API over Ray Serve replicas (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig, replicas: DeploymentHandle) -> None:
+        self.config = config
+        self._handle = replicas
+        self._live: set[str] = set()  # request ids running
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tokenizer: Any = None
+        self._parsers: ChatParsers | None = None
+        self._vocab = 0
+        self.loaded = None
+        self.scheduler = None
+        self.pool = None
+        self.context_length = 0
+
+    async def start(self) -> ServeEngine:
+        """Learn the model from one replica (its context, vocabulary and tokenizer files)."""
+        if self._loop is None:
+            info: ReplicaInfo = await self._handle.info.remote()
+            self.context_length, self._vocab = info.context_length, info.vocab_size
+            if info.tokenizer_files:
+                folder = Path(tempfile.mkdtemp(prefix="radixserve-tokenizer-"))
+                for name, data in info.tokenizer_files.items():
+                    (folder / name).write_bytes(data)
+                tok = self._tokenizer = load_tokenizer(folder)
+                cfg = self.config
+                self._parsers = ChatParsers.resolve(cfg.tool_call_parser, cfg.reasoning_parser, tok)
+            self._loop = asyncio.get_running_loop()
+        return self
+
+    async def shutdown(self, drain: bool = True) -> None:
+        """Nothing to stop here: Ray Serve owns the replicas (`serve.shutdown()`)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    @property
+    def healthy(self) -> bool:
+        return self._loop is not None
+
+    @property
+    def chat_parsers(self) -> ChatParsers | None:
+        return self._parsers
+
+    @property
+    def tokenizer(self) -> Any:  # as AsyncEngine.tokenizer
+        return self._tokenizer
+
+    @property
+    def grammar_cache(self) -> GrammarCache | None:
+        return None  # each replica compiles and keeps its own
+
+    @property
+    def replicas(self) -> tuple[AsyncEngine, ...]:
+        return ()  # Ray Serve's, in processes of their own
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        extra_key: str | None = None,
+        tools: Sequence[JsonObject] | None = None,
+        tool_choice: str | JsonObject | None = None,
+        parallel_tool_calls: bool | None = None,
+        chat_template_kwargs: JsonObject | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
+        self._claim(request_id)
+        call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
+        stream = self._handle.options(stream=True)
+        outs = cast(DeploymentResponseGenerator[RequestOutput], stream.generate.remote(**call))
+        ended = False
+        try:
+            async for out in outs:
+                yield out if rewrite is None else rewrite(out)
+            ended = True
+        finally:
+            if request_id is not None:
+                self._live.discard(request_id)
+            if not ended:  # a cancel, a break: the replica's generator is closed, its request aborted
+                outs.cancel()
+
+    async def complete(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        extra_key: str | None = None,
+        tools: Sequence[JsonObject] | None = None,
+        tool_choice: str | JsonObject | None = None,
+        parallel_tool_calls: bool | None = None,
+        chat_template_kwargs: JsonObject | None = None,
+    ) -> RequestOutput | list[RequestOutput]:
+        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
+        self._claim(request_id)
+        call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
+        response = self._handle.complete.remote(**call)
+        try:
+            result: RequestOutput | list[RequestOutput] = await response
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+        finally:
+            if request_id is not None:
+                self._live.discard(request_id)
+        if rewrite is None:
+            return result
+        return [rewrite(o) for o in result] if isinstance(result, list) else rewrite(result)
+
+    async def generate_many(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        progress: bool = False,
+    ) -> list[RequestOutput | list[RequestOutput]]:
+        self._check_alive()
+        return await complete_many(self.complete, prompts, params, progress)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort the live request `request_id` on whichever replica runs it."""
+        self._check_loop()
+        if request_id in self._live:
+            await self._each("abort", request_id)
+
+    async def flush_cache(self) -> bool:
+        return all(await self._each("flush_cache"))
+
+    async def check_integrity(self) -> None:
+        await self._each("check_integrity")
+
+    async def stats(self) -> dict[str, int | float]:
+        """Every replica's counters summed, and `replicas` (how many answered)."""
+        total: dict[str, int | float] = {}
+        answers = await self._each("stats")
+        for stats in answers:
+            for key, value in stats.items():
+                total[key] = total.get(key, 0) + value
+        total["replicas"] = len(answers)
+        return total
+
+    # ---- internals -----------------------------------------------------------------------
+
+    async def _each(self, method: str, *args: object) -> list[Any]:
+        """`method` on every running replica, at once."""
+        self._check_alive()
+        calls = self._handle.broadcast(method, *args)
+        return await calls.results_async(timeout_s=MAINTENANCE_TIMEOUT_S)
+
+    def _prepare(self, prompt: Prompt, params: SamplingParams, options: ChatOptions) -> Any:
+        self._check_alive()
+        return prepare_request(
+            self._tokenizer, self._parsers, self.context_length, self._vocab, prompt, params, options
+        )
+
+    def _claim(self, request_id: str | None) -> None:
+        if request_id is None:
+            return
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if request_id in self._live:
+            raise ValueError(f"request_id {request_id!r} is already running")
+        self._live.add(request_id)
+
+    def _check_loop(self) -> None:
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(WRONG_LOOP)
+
+    def _check_alive(self) -> None:
+        self._check_loop()
+        if self._loop is None:
+            raise RuntimeError("the engine is not running: `await engine.start()` first")
+
+
+class Ingress:
+    """The ingress deployment: `create_app(ServeEngine)` (Ray Serve asks for the app once
+    `__init__` has run: `__serve_build_asgi_app__`)."""
+
+    async def __init__(  # type: ignore[misc]  # Ray Serve awaits it
+        self, replicas: DeploymentHandle, config: EngineConfig, server: ServerOptions
+    ) -> None:
+        self.engine = await ServeEngine(config, replicas).start()
+        self.server = server
+
+    def __serve_build_asgi_app__(self) -> Any:  # a FastAPI app
+        s = self.server
+        return create_app(
+            self.engine,
+            api_key=s.api_key,
+            limits=s.limits,
+            model_name=s.model_name,
+            allowed_hosts=s.allowed_hosts,
+            cors_origins=s.cors_origins,
+        )
