@@ -16,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
-
-serve = pytest.importorskip("ray.serve")
-openai = pytest.importorskip("openai")
+from ray import serve
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
