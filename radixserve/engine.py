@@ -13,8 +13,10 @@ Cancelling the task aborts the request, and so does closing the generator
 
 An engine belongs to the event loop it was started in (`engine.loop`); calls
 from another loop raise `RuntimeError` at once. What it runs on is built in
-`engine_build.py`; routing outputs to their callers is `sinks.py`; compiling
-grammars for structured output is `constrained/compiler.py`.
+`engine_build.py`; the link between the caller's loop and the worker thread
+(submitting, aborting, queries, failures) is `worker_link.py`, and routing outputs
+to their callers `sinks.py`; compiling grammars for structured output is
+`grammar_compiler.py`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,20 +34,20 @@ from radixserve.chat_plan import ChatOptions, ChatParsers, prepare_chat
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
 from radixserve.engine_build import build_parts
-from radixserve.errors import WRONG_LOOP, EngineClosedError, EngineDeadError, EngineStalledError
+from radixserve.errors import WRONG_LOOP
 from radixserve.grammar_compiler import GrammarCompiler, xgrammar_backend
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import JsonObject, Prompt, is_chat
 from radixserve.replicas.replica_set import ReplicaSet
 from radixserve.sampling_params import SamplingParams
-from radixserve.sched.messages import AbortRequest, AddRequests, CheckIntegrity, FlushCache, ReadStats, Reply
+from radixserve.sched.messages import CheckIntegrity, FlushCache, ReadStats
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
-from radixserve.sinks import Collector, Sink, Sinks, Stream
+from radixserve.sinks import Collector, Stream
 from radixserve.submission import complete_many, make_requests
-from radixserve.watchdog import Watchdog
+from radixserve.worker_link import WorkerLink
 
 
 class AsyncEngine:
@@ -54,13 +56,10 @@ class AsyncEngine:
         self.config = (
             replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._worker: Worker | None = None
-        self._sinks = Sinks()
+        self._link = WorkerLink()
         self._arrival = itertools.count()
-        self._error: BaseException | None = None
         self._start_task: asyncio.Task[None] | None = None
-        self._watchdog: Watchdog | None = None
+        self._built: Worker | None = None  # the worker `_build` made, until `_start` runs it
         self.loaded: LoadedModel | None = None
         self.scheduler: Scheduler | None = None
         self.pool: KVPool | None = None
@@ -80,40 +79,42 @@ class AsyncEngine:
             self.loaded, self.context_length = self._replicas.loaded, self._replicas.context_length
             return self
         loop = asyncio.get_running_loop()
-        if self._loop is not None and loop is not self._loop and (self._worker or self._start_task):
+        link = self._link
+        if link.loop is not None and loop is not link.loop and (link.worker or self._start_task):
             raise RuntimeError(WRONG_LOOP)
-        if self._worker is not None and self._start_task is None:
+        if link.worker is not None and self._start_task is None:
             return self
         if self._start_task is None:
-            self._loop = loop
+            link.loop = loop
             self._start_task = loop.create_task(self._start())
         # Shielded: one impatient caller's cancel must not leave a half-built engine behind.
         await asyncio.shield(self._start_task)
         return self
 
     async def _start(self) -> None:
-        self._sinks.idle = asyncio.Event()
-        self._sinks.idle.set()
-        self._error = None
+        self._link.reset()
         try:
             await asyncio.to_thread(self._build)
         except BaseException:
-            self._loop = None
+            self._link.loop = None
             raise
         finally:
             self._start_task = None
-        assert self._worker is not None
-        self._worker.start()
-        if self.config.watchdog_timeout_s is not None:
-            self._watchdog = Watchdog(self._worker, self.config.watchdog_timeout_s, self._on_stall)
-            self._watchdog.start()
+        worker, self._built = self._built, None
+        assert worker is not None
+        self._link.run(worker, self.config.watchdog_timeout_s)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop this engine was started in (None before `start()`); it serves only that loop."""
         if self._replicas is not None:
             return self._replicas.loop
-        return self._loop
+        return self._link.loop
+
+    @property
+    def _worker(self) -> Worker | None:
+        """The worker thread's loop object, for tools that profile or hook it (benchmarks)."""
+        return self._link.worker
 
     def _build(self) -> None:
         parts = build_parts(self.config)
@@ -122,11 +123,11 @@ class AsyncEngine:
             cfg, tok = self.config, parts.loaded.tokenizer
             self._parsers = ChatParsers.resolve(cfg.tool_call_parser, cfg.reasoning_parser, tok)
         self.context_length = parts.context_length
-        self._worker = Worker(
+        self._built = Worker(
             parts.scheduler,
             parts.runner,
-            self._post,
-            self._fail,
+            self._link.post,
+            self._link.fail,
             self.config.overlap_enabled,
             self._grammars.backend_now,
         )
@@ -143,26 +144,10 @@ class AsyncEngine:
         if self._start_task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._start_task)
-        if self._worker is None:
+        if self._link.worker is None:
             return
-        if asyncio.get_running_loop() is not self._loop:
-            assert self._loop is not None
-            if not self._loop.is_closed():
-                raise RuntimeError(WRONG_LOOP)
-            drain = False  # its loop is gone, and with it everyone who could wait for a result
-        elif drain and self._error is None:
-            assert self._sinks.idle is not None
-            await self._sinks.idle.wait()
-        worker, self._worker = self._worker, None
+        await self._link.stop(drain)
         self._grammars.close()  # compiles still running are not waited for
-        watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None:
-            await watchdog.stop()
-        # A worker stuck in a step that never ends is left behind (a daemon thread) rather
-        # than waited for: the watchdog's timeout bounds how long an honest step takes.
-        await asyncio.to_thread(worker.stop, None if watchdog is None else watchdog.timeout_s)
-        if self._loop is not None and not self._loop.is_closed():
-            self._sinks.close(EngineClosedError("the engine was shut down before this request finished"))
         # Drop the model, pool and graphs so their device memory can be reused.
         self.loaded = self.scheduler = self.pool = None
 
@@ -176,10 +161,7 @@ class AsyncEngine:
     def healthy(self) -> bool:
         if self._replicas is not None:  # while one replica serves (the others: stats())
             return self._replicas.healthy
-        loop_ok = self._loop is not None and not self._loop.is_closed()
-        stalled = self._watchdog is not None and self._watchdog.stalled
-        running = self._worker is not None and self._worker.alive and self._error is None
-        return running and loop_ok and not stalled
+        return self._link.healthy
 
     @property
     def chat_parsers(self) -> ChatParsers | None:
@@ -243,9 +225,9 @@ class AsyncEngine:
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)
         self._grammars.attach(reqs, compiled)
-        assert self._loop is not None and self.scheduler is not None
-        stream = Stream(self._loop, reqs, self.scheduler.sampling_rows.unread)
-        rid = self._submit(reqs, stream, request_id)
+        assert self._link.loop is not None and self.scheduler is not None
+        stream = Stream(self._link.loop, reqs, self.scheduler.sampling_rows.unread)
+        rid = self._link.submit(reqs, stream, request_id)
         remaining = len(reqs)
         try:
             while remaining:
@@ -257,9 +239,9 @@ class AsyncEngine:
                     remaining -= 1
                 yield rewrite(item) if rewrite is not None else item
         finally:
-            self._sinks.release(rid, request_id)
+            self._link.sinks.release(rid, request_id)
             if remaining:
-                self._abort_quietly(rid)
+                self._link.abort_quietly(rid)
 
     async def complete(
         self,
@@ -295,15 +277,15 @@ class AsyncEngine:
         self._grammars.attach(reqs, compiled)
         for r in reqs:
             r.stream = False
-        assert self._loop is not None
-        collector = Collector(len(reqs), self._loop.create_future())
-        rid = self._submit(reqs, collector, request_id)
+        assert self._link.loop is not None
+        collector = Collector(len(reqs), self._link.loop.create_future())
+        rid = self._link.submit(reqs, collector, request_id)
         try:
             outs = await collector.done
         finally:
-            self._sinks.release(rid, request_id)
+            self._link.sinks.release(rid, request_id)
             if not collector.done.done() or collector.done.cancelled():
-                self._abort_quietly(rid)
+                self._link.abort_quietly(rid)
         if rewrite is not None:
             outs = [rewrite(o) for o in outs]
         return outs[0] if len(outs) == 1 else outs
@@ -326,58 +308,33 @@ class AsyncEngine:
             self._check_alive()
         return prepare_chat(self.tokenizer, self._parsers, prompt, params, options)
 
-    def _submit(self, reqs: list[Request], sink: Sink, request_id: str | None) -> str:
-        rid = reqs[0].rid  # the submission's key
-        self._sinks.add(rid, sink, request_id, len(reqs))
-        assert self._worker is not None
-        self._worker.submit(AddRequests(reqs))
-        return rid
-
-    def _abort_quietly(self, rid: str) -> None:
-        if self._worker is not None and self._error is None:
-            self._worker.submit(AbortRequest(rid, "cancelled by the caller"))
-
     async def abort(self, request_id: str) -> None:
         if self._replicas is not None:
             return await self._replicas.abort(request_id)
-        self._check_loop()
-        if self._worker is not None:
-            key = self._sinks.key_of(request_id)
-            self._worker.submit(AbortRequest(key, "aborted by abort()"))
+        self._link.abort(request_id)
 
     # ---- maintenance (run on the worker thread, between steps) ---------------------------
-
-    async def _ask(self, query: Callable[[Reply], FlushCache | ReadStats | CheckIntegrity]) -> object:
-        """Send a query message to the worker and wait for its answer."""
-        self._check_alive()
-        assert self._loop is not None and self._worker is not None
-        fut, reply = self._sinks.new_call(self._loop, self._to_loop)
-        try:
-            self._worker.submit(query(reply))
-            return await fut
-        finally:
-            self._sinks.calls.discard(fut)
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
         if self._replicas is not None:
             return await self._replicas.flush_cache()
-        return bool(await self._ask(FlushCache))
+        return bool(await self._link.ask(FlushCache))
 
     async def check_integrity(self) -> None:
         """Assert every KV slot is free, in the radix tree, or owned by a running request."""
         if self._replicas is not None:
             return await self._replicas.check_integrity()
-        await self._ask(CheckIntegrity)
+        await self._link.ask(CheckIntegrity)
 
     async def stats(self) -> dict[str, int | float]:
         """The scheduler's and the worker's counters (sched/stats.py) and the watchdog's stalls;
         with replicas, theirs summed and the router's (replicas/stats.py)."""
         if self._replicas is not None:
             return await self._replicas.stats()
-        stats = await self._ask(ReadStats)
+        stats = await self._link.ask(ReadStats)
         assert isinstance(stats, dict)
-        stats["watchdog_stalls"] = self._watchdog.stalls if self._watchdog is not None else 0
+        stats["watchdog_stalls"] = self._link.stalls
         return stats
 
     # ---- structured output (radixserve/constrained/) -------------------------------------
@@ -402,21 +359,12 @@ class AsyncEngine:
     def _check_loop(self) -> None:
         if self._replicas is not None:
             return self._replicas.check_loop()
-        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
-            raise RuntimeError(WRONG_LOOP)
+        self._link.check_loop()
 
     def _check_alive(self) -> None:
         if self._replicas is not None:
             return self._replicas.check_alive()
-        self._check_loop()
-        if self._error is not None:
-            raise EngineDeadError(f"the engine's worker failed: {self._error!r}") from self._error
-        if self._worker is None:
-            raise RuntimeError(
-                "the engine is not running: use `async with engine:` or `await engine.start()`"
-            )
-        if self._watchdog is not None and self._watchdog.error is not None:
-            raise self._watchdog.error
+        self._link.check_alive()
 
     def _make_requests(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None, extra_key: str | None
@@ -430,36 +378,6 @@ class AsyncEngine:
             params,
             request_id,
             extra_key,
-            self._sinks.new_key,
+            self._link.sinks.new_key,
             self._arrival,
         )
-
-    def _to_loop(self, fn: Callable[..., object], *args: object) -> None:  # worker thread
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is left to tell, so stop serving
-            if self._error is None:
-                self._error = EngineDeadError(
-                    "the event loop this engine was started in is closed; start a new engine in your loop"
-                )
-            worker = self._worker
-            if worker is not None:
-                worker.stop()
-
-    def _post(self, outputs: list[RequestOutput]) -> None:  # worker thread
-        self._sinks.post(outputs, self._to_loop)
-
-    def _on_stall(self, err: EngineStalledError) -> None:  # event loop (the watchdog)
-        keys = self._sinks.close(err)
-        worker = self._worker
-        if worker is not None:  # their KV comes back if the worker's step ends after all
-            for key in keys:
-                worker.submit(AbortRequest(key, "failed by the watchdog: the engine stalled"))
-
-    def _fail(self, err: BaseException) -> None:  # worker thread
-        def fail_all() -> None:
-            self._error = err
-            self._sinks.close(EngineDeadError(f"the engine's worker failed: {err!r}"))
-
-        self._to_loop(fail_all)

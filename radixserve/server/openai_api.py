@@ -19,7 +19,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from radixserve.chat_output import ChatRewriter
 from radixserve.chat_plan import ChatPlan, plan_chat
-from radixserve.engine import AsyncEngine, EngineDeadError
+from radixserve.engine import AsyncEngine
+from radixserve.errors import EngineDeadError
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import encode_text
 from radixserve.sampling_params import SamplingParams

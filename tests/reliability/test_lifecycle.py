@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from radixserve import AsyncEngine, Engine, EngineDeadError, SamplingParams
-from radixserve.engine import EngineClosedError
+from radixserve.errors import EngineClosedError
 from radixserve.testing import inject_faults
 
 from .conftest import engine_config, hf_greedy
