@@ -9,7 +9,7 @@ here as numpy arrays, and the next step's decode set, its slot-table writes,
 input ids and sampling inputs are a few array ops over them instead of
 asking every request (`Request.can_decode`, `SamplingRows.inputs`).
 
-Which request leaves the set is told, never searched for: `Scheduler.finish`
+Which request leaves the set is told, never searched for: `RunningSet.finish`
 calls `drop`, and any other step (a prefill chunk, an admission, forced
 tokens, a retraction) calls `reset`, after which the next plain decode step
 is built the general way (sched/batch_build.py) and starts a new set.
