@@ -4,8 +4,9 @@ batch, a tool result gets an answer, and wrong requests are ValueErrors naming t
 
 The forced-call test runs a CI sample of JSONSchemaBench's schemas (small prompts: every tool's
 schema is in the prompt, and CPU prefill dominates). RADIXSERVE_TOOL_SCHEMAS=all runs every
-schema (at least 200 must compile; over an hour on 2 busy cores: prefill of ~200k prompt
-tokens and loops of the 135M model to max_tokens), a number runs that many."""
+schema (at least 200 must compile; 72 min with RADIXSERVE_TEST_THREADS=2 on 2 busy cores:
+prefill of ~200k prompt tokens and loops of the 135M model to max_tokens; BENCHMARKS.md "Tool
+calls" has the figures), a number runs that many."""
 
 from __future__ import annotations
 
