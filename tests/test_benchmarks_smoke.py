@@ -249,9 +249,10 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
         assert get("W5", f"N={n} cascade=off", "output_tok_s")["prefix_cached_frac"] == 1.0
         # Cascade on: every decode step groups the N rows, so the 128-token prefix is read once.
         on = get("W5", f"N={n} cascade=on", "kv_bytes_per_decode_step")
-        assert (
-            abs(on["kv_tokens"] - (kv["kv_tokens"] - (n - 1) * 128)) <= n
-        )  # medians: one step apart at most
+        # Medians over two runs' decode steps: which steps a run has depends on timing (overlap), and
+        # an even count averages two, so they may lie up to two steps (2n tokens) apart; the
+        # prefix read once saves (n - 1) * 128 tokens, far more.
+        assert abs(on["kv_tokens"] - (kv["kv_tokens"] - (n - 1) * 128)) <= 2 * n
         steps = get("W5", f"N={n} cascade=on", "output_tok_s")
         assert steps["cascade_steps"] >= steps["decode_steps"] > 0
         att = get("W5", f"N={n} cascade=on", "attention_ms_per_step")
