@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -183,7 +183,7 @@ class AsyncEngine:
 
     # ---- requests ------------------------------------------------------------------------
 
-    async def generate(
+    def generate(
         self,
         prompt: Prompt,
         params: SamplingParams | None = None,
@@ -194,7 +194,7 @@ class AsyncEngine:
         tool_choice: str | JsonObject | None = None,
         parallel_tool_calls: bool | None = None,
         chat_template_kwargs: JsonObject | None = None,
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
         """Stream outputs of one request (n completions interleaved, told apart by `index`).
 
         With chat messages, `tools` / `tool_choice` / `parallel_tool_calls` are OpenAI's and
@@ -205,22 +205,25 @@ class AsyncEngine:
         before the end: at once when the task is cancelled, on `await gen.aclose()`
         or at the end of `async with contextlib.aclosing(engine.generate(...))`;
         after a plain `break`, when the generator is garbage-collected (in CPython
-        right away, unless the caller still holds a reference to it).
+        right away, unless the caller still holds a reference to it). Nothing runs before the
+        first `__anext__`: errors in the request raise there.
         """
-        if self._replicas is not None:
-            gen = self._replicas.generate(
-                prompt,
-                params,
-                request_id=request_id,
-                extra_key=extra_key,
-                options=ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs),
-            )
-            async with contextlib.aclosing(gen):
-                async for out in gen:
-                    yield out
-            return
-        params = params or SamplingParams()
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
+        if self._replicas is not None:  # the replica set's generator itself: no hop per output
+            return self._replicas.generate(
+                prompt, params, request_id=request_id, extra_key=extra_key, options=options
+            )
+        return self._stream(prompt, params, request_id, extra_key, options)
+
+    async def _stream(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
+    ) -> AsyncGenerator[RequestOutput, None]:
+        params = params or SamplingParams()
         prompt, params, rewrite = self._chat(prompt, params, options)
         compiled = await self._compile_grammar(params)
         reqs = self._make_requests(prompt, params, request_id, extra_key)

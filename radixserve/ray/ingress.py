@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -119,7 +119,7 @@ class ServeEngine(AsyncEngine):
         tool_choice: str | JsonObject | None = None,
         parallel_tool_calls: bool | None = None,
         chat_template_kwargs: JsonObject | None = None,
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
         self._claim(request_id)
