@@ -171,4 +171,6 @@ def test_engine_without_a_tokenizer_streams_ids(tmp_path: Path, helpers: Any) ->
     assert done.finish_reason == "length" and done.error is None and list(done.token_ids) == ref
     assert done.text == "" and list(done.delta_token_ids) == ref  # complete(): one output, every token
     assert outs[-1].finish_reason == "length" and [t for o in outs for t in o.delta_token_ids] == ref
-    assert all(len(o.token_ids) % 4 == 1 for o in outs[:-1])
+    # stream_interval=4: the first token at once, then no output with fewer than 4 new tokens (a
+    # consumer that falls behind gets more in one, so the counts are not always exactly 4).
+    assert len(outs[0].token_ids) == 1 and all(len(o.delta_token_ids) >= 4 for o in outs[1:-1])
