@@ -29,6 +29,7 @@ from radixserve.errors import WRONG_LOOP
 from radixserve.model.tokenizer import load_tokenizer
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import JsonObject, Prompt
+from radixserve.ray.deltas import DeltaJoiner
 from radixserve.ray.replica import ReplicaInfo
 from radixserve.replicas.prepare import prepare_request
 from radixserve.sampling_params import SamplingParams
@@ -127,8 +128,10 @@ class ServeEngine(AsyncEngine):
         stream = self._handle.options(stream=True)
         outs = cast(DeploymentResponseGenerator[RequestOutput], stream.generate.remote(**call))
         ended = False
+        join = DeltaJoiner()  # the replica sends deltas only (ray/deltas.py)
         try:
-            async for out in outs:
+            async for delta in outs:
+                out = join(delta)
                 yield out if rewrite is None else rewrite(out)
             ended = True
         finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 from radixserve.config import EngineConfig
 from radixserve.engine import AsyncEngine
 from radixserve.outputs import RequestOutput
+from radixserve.ray.deltas import as_delta
 from radixserve.sampling_params import SamplingParams
 
 # Files of a model folder that are not its tokenizer's (weights, and what only weights need).
@@ -54,7 +55,7 @@ class EngineReplica:
         self, *, ids: list[int], params: SamplingParams, request_id: str | None, extra_key: str | None
     ) -> AsyncIterator[RequestOutput]:
         async for out in self.engine.generate(ids, params, request_id=request_id, extra_key=extra_key):
-            yield out
+            yield as_delta(out)  # the ingress joins the deltas (ray/deltas.py)
 
     async def complete(
         self, *, ids: list[int], params: SamplingParams, request_id: str | None, extra_key: str | None

@@ -3,7 +3,7 @@
 The real `openai` client gets answers through Ray Serve's HTTP proxy and the ingress
 (`create_app`'s routes); on a shared-prefix workload (W8's shape, small) the prefix-affinity
 request router serves more cached prompt tokens than Ray Serve's default router (power of
-two choices), both printed (`pytest -s`). Skipped unless the `ray` extra is installed.
+two choices), both printed (`pytest -s`). CI installs the `ray` extra for it.
 """
 
 from __future__ import annotations
