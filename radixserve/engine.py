@@ -223,11 +223,7 @@ class AsyncEngine:
         extra_key: str | None,
         options: ChatOptions,
     ) -> AsyncGenerator[RequestOutput, None]:
-        params = params or SamplingParams()
-        prompt, params, rewrite = self._chat(prompt, params, options)
-        compiled = await self._compile_grammar(params)
-        reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._grammars.attach(reqs, compiled)
+        reqs, rewrite = await self._requests(prompt, params, request_id, extra_key, options)
         assert self._link.loop is not None and self.scheduler is not None
         stream = Stream(self._link.loop, reqs, self.scheduler.sampling_rows.unread)
         rid = self._link.submit(reqs, stream, request_id)
@@ -264,20 +260,12 @@ class AsyncEngine:
         Unlike `generate`, nothing wakes the caller before the end: under many
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
+        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         if self._replicas is not None:
             return await self._replicas.complete(
-                prompt,
-                params,
-                request_id=request_id,
-                extra_key=extra_key,
-                options=ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs),
+                prompt, params, request_id=request_id, extra_key=extra_key, options=options
             )
-        params = params or SamplingParams()
-        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
-        prompt, params, rewrite = self._chat(prompt, params, options)
-        compiled = await self._compile_grammar(params)
-        reqs = self._make_requests(prompt, params, request_id, extra_key)
-        self._grammars.attach(reqs, compiled)
+        reqs, rewrite = await self._requests(prompt, params, request_id, extra_key, options)
         for r in reqs:
             r.stream = False
         assert self._link.loop is not None
@@ -303,13 +291,6 @@ class AsyncEngine:
         """Run many requests concurrently; results in prompt order."""
         self._check_alive()
         return await complete_many(self.complete, prompts, params, progress)
-
-    def _chat(
-        self, prompt: Prompt, params: SamplingParams, options: ChatOptions
-    ) -> tuple[Prompt, SamplingParams, ChatRewriter | None]:
-        if is_chat(prompt) and self._parsers is not None:
-            self._check_alive()
-        return prepare_chat(self.tokenizer, self._parsers, prompt, params, options)
 
     async def abort(self, request_id: str) -> None:
         if self._replicas is not None:
@@ -340,17 +321,6 @@ class AsyncEngine:
         stats["watchdog_stalls"] = self._link.stalls
         return stats
 
-    # ---- structured output (radixserve/constrained/) -------------------------------------
-
-    async def _compile_grammar(self, params: SamplingParams) -> object:
-        """The compiled grammar of `params` (None if unconstrained); ValueError if it does not compile."""
-        spec = params.grammar if isinstance(params, SamplingParams) else None
-        if spec is not None:
-            self._check_alive()
-            if self.tokenizer is None:
-                raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
-        return await self._grammars.compile(params)
-
     @property
     def grammar_cache(self) -> GrammarCache | None:
         if self._replicas is not None:  # replica 0's: each compiles and keeps its own
@@ -369,12 +339,29 @@ class AsyncEngine:
             return self._replicas.check_alive()
         self._link.check_alive()
 
-    def _make_requests(
-        self, prompt: Prompt, params: SamplingParams, request_id: str | None, extra_key: str | None
-    ) -> list[Request]:
+    async def _requests(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
+    ) -> tuple[list[Request], ChatRewriter | None]:
+        """A caller's request as validated `Request`s (chat rendered, grammar compiled and
+        attached), and how its chat outputs are parsed; ValueError for anything wrong in it."""
+        params = params or SamplingParams()
+        if is_chat(prompt) and self._parsers is not None:
+            self._check_alive()
+        prompt, params, rewrite = prepare_chat(self.tokenizer, self._parsers, prompt, params, options)
+        spec = params.grammar if isinstance(params, SamplingParams) else None
+        if spec is not None:
+            self._check_alive()
+            if self.tokenizer is None:
+                raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
+        compiled = await self._grammars.compile(params)
         self._check_alive()
         assert self.loaded is not None
-        return make_requests(
+        reqs = make_requests(
             self.loaded,
             self.context_length,
             prompt,
@@ -384,3 +371,5 @@ class AsyncEngine:
             self._link.sinks.new_key,
             self._arrival,
         )
+        self._grammars.attach(reqs, compiled)
+        return reqs, rewrite
