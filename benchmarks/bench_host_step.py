@@ -104,27 +104,33 @@ def child(bs_list: list[int], ctx: int, steps: int, mode: str, vocab: int) -> li
             t0 = clock()
             batch: Any = sched.schedule()
             t1 = clock()
-            if hasattr(batch, "to_step"):
-                step = batch.to_step(cpu)
-            else:  # the tree before StepInput: host-built forward batch
-                batch.pending()
-                step = batch.to_forward(cpu)
-            t2 = clock()
             dev = 0.0
-            if getattr(step, "decode", None) is not None:
-                from radixserve.runtime.decode_inputs import build_decode_batch
+            last = torch.zeros(bs, dtype=torch.int64)
+            if hasattr(batch, "step"):  # the scheduler built the StepInput; the runner builds the batch
+                from radixserve.runtime.step_batch import build_forward_batch
 
-                last = torch.zeros(bs, dtype=torch.int64)
-                d0 = clock()
-                build_decode_batch(step.decode, table.device_table, last, cpu)
-                dev = clock() - d0
-            n = len(batch.sampling)
+                step = batch.step
+                t2 = clock()
+                build_forward_batch(step, table.device_table, last, cpu)
+                if step.is_decode:  # on the GPU these are device ops
+                    dev = clock() - t2
+                else:
+                    t2 = clock()
+            else:  # a base tree from before one step form: Batch.to_step(), then the decode ops
+                step = batch.to_step(cpu)
+                t2 = clock()
+                if step.decode is not None:
+                    from radixserve.runtime.decode_inputs import build_decode_batch
+
+                    build_decode_batch(step.decode, table.device_table, last, cpu)
+                    dev = clock() - t2
+            n = len(step.sampling)
             s0 = clock()
             if n:
                 sampler(logits[:n], step.sampling)
             t_sample = clock() - s0
             k += 1
-            fake = [text_ids[(k + j) % len(text_ids)] for j in range(len(batch.sampling))]
+            fake = [text_ids[(k + j) % len(text_ids)] for j in range(n)]
             res = StepResult(next_ids=fake)
             t3 = clock()
             sched.process(batch, res)
@@ -132,7 +138,7 @@ def child(bs_list: list[int], ctx: int, steps: int, mode: str, vocab: int) -> li
             if unread is not None and not late:  # every stream's reader took its output at once
                 unread[:] = False
             process_total += t4 - t3
-            decode = all(e == 1 for e in batch.extend_lens) and len(batch.reqs) == bs
+            decode = all(e == 1 for e in getattr(batch, "step", batch).extend_lens) and len(batch.reqs) == bs
             if decode:
                 n_decode += 1
                 if warm < n_decode <= warm + steps:

@@ -103,19 +103,22 @@ class _PlanStub:
 
 def bench_fill(bs: int, ctx: int, iters: int, device: torch.device) -> list[dict[str, Any]]:
     from radixserve.runtime.cuda_graph import DecodeGraphs
-    from radixserve.runtime.decode_inputs import build_decode_batch
-    from radixserve.runtime.step import DecodeInputs
+    from radixserve.runtime.sampler import SamplingInputs
+    from radixserve.runtime.step import StepInput
+    from radixserve.runtime.step_batch import build_decode_batch
     from radixserve.runtime.step_fill import StepFillStaging, step_fill
 
     rng = np.random.default_rng(0)
     n = bs - 3  # a few padding rows, as most steps have
     scratch = bs * (ctx + 8)
     prefix = rng.integers(ctx // 2, ctx, n)
-    inp = DecodeInputs(
-        rows=rng.permutation(bs)[:n].astype(np.int64),
-        prefix_lens=prefix.astype(np.int64),
-        out_slots=rng.integers(0, scratch, n),
-        input_ids=np.where(rng.random(n) < 0.5, -1, rng.integers(0, 1000, n)),
+    rows = rng.permutation(bs)[:n].astype(np.int64)
+    inp = StepInput.decode(
+        rows,
+        prefix.astype(np.int64),
+        rng.integers(0, scratch, n),
+        np.where(rng.random(n) < 0.5, -1, rng.integers(0, 1000, n)),
+        SamplingInputs(rows, [], 0),
     )
     table = torch.randint(0, scratch, (bs, ctx + 8), dtype=torch.int32, device=device)
     last = torch.randint(0, 1000, (bs,), device=device)

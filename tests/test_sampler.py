@@ -138,7 +138,7 @@ def _serve_one_at_a_time(params: list[SamplingParams]) -> list[list[int]]:
         assert isinstance(batch, Batch)
         sampling_reqs = [r for r, s in zip(batch.reqs, batch.sample) if s]
         logits = torch.stack([_context_logits(r.all_ids) for r in sampling_reqs]) if sampling_reqs else None
-        ids = sampler(logits, batch.sampling).next_ids.tolist() if logits is not None else []
+        ids = sampler(logits, batch.step.sampling).next_ids.tolist() if logits is not None else []
         sched.process(batch, StepResult(next_ids=ids))
     sched.check_integrity()
     return [r.output_ids for r in reqs]

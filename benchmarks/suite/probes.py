@@ -4,10 +4,10 @@ The engine has no public per-step hook, so the probe wraps three methods of
 one engine's worker *instance* (nothing in radixserve changes):
 
 - `scheduler.schedule()`: the time to pick and build the next batch;
-- `worker._launch(batch)`: `to_step` plus `runner.launch` (enqueueing the
-  step); the batch's host-side lengths give the K/V tokens the attention
-  kernels read this step (`len(batch.kv_indices)`, i.e. the sum of
-  `prefix_lens + extend_lens`, less what the batch's cascade groups read
+- `worker._launch(batch)`: `runner.launch(batch.step)` (enqueueing the
+  step); the step's host-side lengths give the K/V tokens the attention
+  kernels read this step (`len(step.kv_indices)`, i.e. the sum of
+  `prefix_lens + extend_lens`, less what the step's cascade groups read
   once instead of once per row), read without touching the device;
 - `worker._finish_step(batch, handle)`: the probe first waits on the step's
   CUDA event itself, timed apart ("wait": the host idles on the device), then
@@ -151,9 +151,10 @@ def _describe(batch: Any, t0: float, index: int) -> Step:
     lens = _lengths(batch)
     ext, pre = lens if lens is not None else ([], [])
     kv_lens = [p + e for p, e in zip(pre, ext)] if len(pre) == len(ext) and ext else None
-    kv_idx = getattr(batch, "kv_indices", None)
+    step = getattr(batch, "step", batch)  # the StepInput, or an older tree's batch holding its fields
+    kv_idx = getattr(step, "kv_indices", None)
     kv = len(kv_idx) if kv_idx is not None else (sum(kv_lens) if kv_lens else None)
-    groups = getattr(batch, "cascade", None)  # shared-prefix groups: their prefixes are read once
+    groups = getattr(step, "cascade", None)  # shared-prefix groups: their prefixes are read once
     if kv is not None and groups is not None:
         kv -= groups.saved_tokens
     return Step(index, t0, len(ext), sum(ext), kv, bool(ext) and all(e == 1 for e in ext), kv_lens)

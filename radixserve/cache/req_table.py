@@ -10,7 +10,7 @@ allocator and the radix tree use.
 Two copies: `table` on the host, which the scheduler reads (prefill steps,
 handing KV to the radix tree), and `device_table` where the model runs, from
 which the runner gathers a decode step's `kv_indices` without the host
-touching the context (runtime/decode_inputs.py). On the CPU they are one
+touching the context (runtime/step_batch.py). On the CPU they are one
 tensor. `write` updates both (the device copy queued on the current stream);
 a decode step's one new slot per request is scattered into the host copy by
 the scheduler and into the device copy by the runner.

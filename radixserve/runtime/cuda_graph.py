@@ -40,7 +40,7 @@ from radixserve.runtime.attention.base import (
     DecodeGraphState,
 )
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.step import StepInput
 
 if TYPE_CHECKING:
     from torch.cuda import _POOL_HANDLE  # what torch.cuda.graph_pool_handle() returns
@@ -185,11 +185,12 @@ class DecodeGraphs:
             self.scratch,
         )
 
-    def can_run_decode(self, inp: DecodeInputs) -> bool:
+    def can_run_decode(self, inp: StepInput) -> bool:
         """A plain decode step that `run_decode` can take (device-input mode only)."""
         b = inp.batch_size
         plain = (
             self.tables is not None
+            and inp.is_decode
             and 0 < b <= self.max_bs
             and int(inp.prefix_lens.sum()) + self.max_bs <= self.max_kv_tokens
         )
@@ -202,7 +203,7 @@ class DecodeGraphs:
         """The captured batch size a step of `b` rows replays (its rows padded up to it)."""
         return next(s for s in self.sizes if s >= b)
 
-    def run_decode(self, inp: DecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_decode(self, inp: StepInput) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits `[B, vocab]` and the rows (device int64) of a decode step: one copy (two for
         a cascade step: its work list), one replay."""
         b = inp.batch_size

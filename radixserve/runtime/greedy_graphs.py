@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from radixserve.runtime.sampler import greedy_argmax
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.step import StepInput
 
 if TYPE_CHECKING:  # step_fill imports triton; greedy graphs exist only where it is installed
     from radixserve.runtime.cuda_graph import DecodeGraphs
@@ -84,7 +84,7 @@ class GreedyGraphs:
     def _commit(self, logits: torch.Tensor) -> None:
         commit_greedy(logits, self.vocab_size, self.staging, self.last_tokens, self.ids)
 
-    def run(self, inp: DecodeInputs) -> torch.Tensor:
+    def run(self, inp: StepInput) -> torch.Tensor:
         """The greedy ids `[B]` of the step `DecodeGraphs.run_decode(inp)` just enqueued, with
         `last_tokens` of its rows written; on the current stream, after that replay."""
         b = inp.batch_size

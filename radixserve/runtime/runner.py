@@ -2,8 +2,11 @@
 
 `launch(step)` enqueues the whole step (a `StepInput`, runtime/step.py) on the
 runner's CUDA stream (on the CPU it simply runs) and returns a `StepHandle` at
-once. A decode step's forward batch is built here, on the device, from the
-device copy of the request-to-slot table (runtime/decode_inputs.py). The sampled ids land in an
+once. The step's forward batch is made here (runtime/step_batch.py): a decode
+step's on the device from the device copy of the request-to-slot table, or by
+the fill kernel of a CUDA graph that replays it; the fast paths (decode
+graphs, greedy graphs, cascade graphs, extend graphs) are this class's
+choice per step, not layouts the scheduler knows of. The sampled ids land in an
 on-device buffer indexed by request row, from which the next step takes the
 input token of every request whose previous token is still in flight; their
 host copy is started without blocking and read by `StepHandle.result()`, the one
@@ -22,11 +25,11 @@ from torch import nn
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
-from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.extend_graphs import ExtendGraphs
 from radixserve.runtime.greedy_graphs import GreedyGraphs
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
-from radixserve.runtime.step import DecodeInputs, StepInput
+from radixserve.runtime.step import StepInput
+from radixserve.runtime.step_batch import build_forward_batch
 
 # (step number from 1, logits [rows, vocab], the step's sampling inputs) -> logits to use
 FaultHook = Callable[[int, torch.Tensor, SamplingInputs], torch.Tensor]
@@ -78,7 +81,7 @@ class Forwarded:
     prompt_top_k: int
     rows: torch.Tensor | None = None  # the sampling rows on the device, when the forward had them
     # The decode inputs of a step the decode graphs ran (`run_decode`): its greedy graph can sample it.
-    graph_decode: DecodeInputs | None = None
+    graph_decode: StepInput | None = None
 
 
 @dataclass
@@ -196,22 +199,13 @@ class ModelRunner:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None, DecodeInputs | None]:
-        """(logits, the sampling rows on the device or None, the decode inputs if graphs ran them)."""
-        if step.decode is not None and self.graphs is not None and self.graphs.can_run_decode(step.decode):
-            logits, rows = self.graphs.run_decode(step.decode)  # inputs built inside the graph
-            return logits, rows, step.decode
-        if step.decode is not None:
-            if self.slot_table is None:
-                raise RuntimeError("a decode step needs the slot_table (ReqToSlotTable.device_table)")
-            fb = build_decode_batch(step.decode, self.slot_table, self.last_tokens, self.device)
-        else:
-            assert step.forward is not None
-            fb = step.forward
-            if step.pending_pos:  # ids sampled by the previous step, still on the device
-                pos = to_device(step.pending_pos, torch.int64, self.device)
-                fb.input_ids[pos] = self.last_tokens[to_device(step.pending_rows, torch.int64, self.device)]
-        if step.decode is None and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
+    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None, StepInput | None]:
+        """(logits, the sampling rows on the device or None, the step if the decode graphs ran it)."""
+        if self.graphs is not None and self.graphs.can_run_decode(step):
+            logits, rows = self.graphs.run_decode(step)  # inputs built inside the graph
+            return logits, rows, step
+        fb = build_forward_batch(step, self.slot_table, self.last_tokens, self.device)
+        if not step.is_decode and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
             return self.extend_graphs.run(fb), fb.rows, None
         if self.graphs is not None and self.graphs.can_run(fb):
             return self.graphs.run(fb), fb.rows, None

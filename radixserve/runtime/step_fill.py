@@ -43,7 +43,7 @@ Use from `DecodeGraphs` (CUDA only: importing this module imports triton):
         input_ids[:bs], positions[:bs], out_slots[:bs],            # (the first call compiles),
         kv_indptr[: bs + 1], kv_indices, scratch)                  # then inside the capture,
                                                                    # before the model
-    staging.upload(decode_inputs)  # per step, then replay graph bs (on the replay stream)
+    staging.upload(step)  # a decode StepInput, per step; then replay graph bs (replay stream)
 
 `table` is `ReqToSlotTable.device_table` and `last_tokens` the runner's buffer, both at
 fixed addresses already. `kv_indices` must hold `sum(prefix_lens) + bs` entries (the
@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 
 from radixserve.host_copy import PinnedStaging
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.step import StepInput
 
 
 @triton.jit
@@ -165,8 +165,8 @@ def packed_size(cap: int) -> int:
     return 5 * cap + 2
 
 
-def pack_decode_inputs(inp: DecodeInputs, cap: int, out: np.ndarray) -> None:
-    """Write `inp` into `out` (int64 [packed_size(cap)]) in the packed layout."""
+def pack_decode_step(inp: StepInput, cap: int, out: np.ndarray) -> None:
+    """Write decode step `inp` into `out` (int64 [packed_size(cap)]) in the packed layout."""
     n = inp.batch_size
     if not 1 <= n <= cap:
         raise ValueError(f"a decode step of {n} requests does not fit cap={cap}")
@@ -198,6 +198,6 @@ class StepFillStaging:
         """All `cap` row entries on the device; the step's rows are the first n."""
         return self.device_buf[1 + self.cap : 1 + 2 * self.cap]
 
-    def upload(self, inp: DecodeInputs) -> torch.Tensor:
+    def upload(self, inp: StepInput) -> torch.Tensor:
         """Pack `inp` and queue its one copy into `device_buf` on the current stream."""
-        return self._pinned.upload(lambda host: pack_decode_inputs(inp, self.cap, host))
+        return self._pinned.upload(lambda host: pack_decode_step(inp, self.cap, host))

@@ -77,12 +77,12 @@ class OutputProcessor:
 
     def _process_decode(self, batch: Batch, result: StepResult, outputs: list[RequestOutput]) -> None:
         """A decode step: one sampled token per request, the quiet ones without per-token work."""
-        assert batch.quiet is not None and batch.stop_ids is not None and batch.rows is not None
+        assert batch.quiet is not None and batch.stop_ids is not None
         toks = np.asarray(result.next_ids, dtype=np.int64)
         loud = ~batch.quiet | (batch.stop_ids == toks[:, None]).any(axis=1) | (toks < 0)
         unread = self.unread
         now = time.monotonic()  # for the streams' output gaps (EngineConfig.stream_interval_ms)
-        held = unread[batch.rows]  # a finished request's row may have a new owner: it is skipped below
+        held = unread[batch.step.rows]  # a finished request's row may have a new owner: it is skipped below
         finished = Status.FINISHED
         sent: list[int] = []  # rows that got a streamed output
         for req, tok, is_loud, is_held in zip(batch.reqs, result.next_ids, loud.tolist(), held.tolist()):
@@ -126,19 +126,20 @@ class OutputProcessor:
         j = 0
         lp_j = 0
         unread = self.unread
+        step = batch.step
         for i, req in enumerate(batch.reqs):
-            n_lp = len(batch.prompt_lp_rows[i]) if batch.prompt_lp_rows else 0
+            n_lp = batch.prompt_lp_counts[i] if batch.prompt_lp_counts else 0
             if n_lp and result.prompt_lps is not None:
                 for k in range(lp_j, lp_j + n_lp):
                     lp_val, top = result.prompt_lps[k]
                     top_n = tuple(top[: req.params.top_logprobs])
-                    req.prompt_logprobs.append(TokenLogprob(batch.prompt_lp_targets[k], lp_val, top_n))
+                    req.prompt_logprobs.append(TokenLogprob(step.prompt_lp_targets[k], lp_val, top_n))
             lp_j += n_lp
             if not batch.sample[i]:
                 # A prompt-only request (max_tokens=0) ends with the step of its last part, not
                 # with `prefill_done`: in overlap mode its next chunk is built (kv_len advanced)
                 # before this one is processed, and that chunk's logprobs are still to come.
-                ends = batch.prefix_lens[i] + batch.extend_lens[i] >= req.num_known - 1
+                ends = int(step.prefix_lens[i] + step.extend_lens[i]) >= req.num_known - 1
                 if not req.finished and ends and req.params.max_tokens == 0:
                     self.running.finish(req, "length")
                     outputs.append(make_output(req, None, final=True))

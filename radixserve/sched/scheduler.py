@@ -211,8 +211,7 @@ class Scheduler:
             if reqs is steady.reqs:  # the steady decode set: array ops only
                 groups = self._groups(reqs, steady.changed)
                 return steady.build(self.kv, self.sampling_rows, slots, groups)
-            batch = batch_build.decode(self.kv, self.sampling_rows, reqs, slots)
-            batch.cascade = self._groups(reqs, True)
+            batch = batch_build.decode(self.kv, self.sampling_rows, reqs, slots, self._groups(reqs, True))
             steady.start(batch, len(self.running), self.sampling_rows)
             return batch
         steady.reset()

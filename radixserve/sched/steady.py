@@ -58,8 +58,7 @@ class SteadyDecode:
         if len(reqs) != running or any(r.grammar is not None for r in reqs):
             self.reset()
             return
-        assert batch.rows is not None
-        self._set(reqs, batch.rows, np.asarray(batch.prefix_lens, dtype=np.int64) + 1, srows)
+        self._set(reqs, batch.step.rows, batch.step.prefix_lens + 1, srows)
         self._limit = np.fromiter(
             (min(len(r.prompt_ids) + r.params.max_tokens, r.max_context) for r in reqs), np.int64, len(reqs)
         )
@@ -128,8 +127,7 @@ class SteadyDecode:
                 ((r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]) for r in reqs), np.int64, n
             )
         sampling = self._sampling(rows, kv_lens)
-        batch = batch_build.decode_batch(reqs, rows, kv_lens.tolist(), input_ids, slots, sampling, srows)
-        batch.cascade = groups
+        batch = batch_build.decode_batch(reqs, rows, kv_lens, input_ids, slots, sampling, srows, groups)
         self.kv = kv_lens + 1
         self.batch, self.inflight = batch, True
         return batch

@@ -218,10 +218,9 @@ class Worker:
 
     def _launch(self, batch: Batch) -> StepHandle | Forwarded:
         self._step = batch
-        step = batch.to_step(self.runner.device)
         if self.grammar is not None and any(r.grammar is not None for r in batch.reqs):
-            return self.runner.forward(step)
-        return self.runner.launch(step)
+            return self.runner.forward(batch.step)
+        return self.runner.launch(batch.step)
 
     def _sample(self, batch: Batch, launched: StepHandle | Forwarded) -> StepHandle:
         """Finish a split step: fill its bitmask from the matchers as they are now, sample."""

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from radixserve.runtime.cuda_graph import DecodeGraphs
-from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.sampler import SamplingInputs
+from radixserve.runtime.step import StepInput
+from radixserve.runtime.step_batch import build_decode_batch
 
 SCRATCH = 99_999
 MAX_CONTEXT = 256
@@ -65,7 +66,7 @@ class _RecordingAttention:
         self.planned = batch
 
 
-def _inputs(case: Case, rng: random.Random) -> tuple[DecodeInputs, torch.Tensor, torch.Tensor]:
+def _inputs(case: Case, rng: random.Random) -> tuple[StepInput, torch.Tensor, torch.Tensor]:
     """Random decode inputs, a random table (garbage beyond each prefix) and last tokens."""
     rows = rng.sample(range(case.cap), case.n)
     prefix = list(case.prefix_lens) if case.prefix_lens else [rng.randint(0, 60) for _ in rows]
@@ -73,13 +74,13 @@ def _inputs(case: Case, rng: random.Random) -> tuple[DecodeInputs, torch.Tensor,
     ids = [rng.choice([-1, rng.randrange(1000)]) for _ in rows]
     ids[0] = -1  # every case takes at least one id from the device
     rows_a, prefix_a, slots_a, ids_a = (np.array(a, dtype=np.int64) for a in (rows, prefix, slots, ids))
-    inp = DecodeInputs(rows=rows_a, prefix_lens=prefix_a, out_slots=slots_a, input_ids=ids_a)
+    inp = StepInput.decode(rows_a, prefix_a, slots_a, ids_a, SamplingInputs(rows_a, [], 0))
     table = torch.randint(0, SCRATCH, (case.cap, MAX_CONTEXT), dtype=torch.int32)
     last = torch.randint(0, 1000, (case.cap,), dtype=torch.int64)
     return inp, table, last
 
 
-def _reference(case: Case, inp: DecodeInputs, table: torch.Tensor, last: torch.Tensor) -> dict[str, Any]:
+def _reference(case: Case, inp: StepInput, table: torch.Tensor, last: torch.Tensor) -> dict[str, Any]:
     """The torch path: `build_decode_batch`, then `DecodeGraphs.run` with a stand-in graph."""
     attn = _RecordingAttention()
     graphs = DecodeGraphs(torch.nn.Identity(), attn, case.cap, 4096, SCRATCH, torch.device("cpu"))  # type: ignore[arg-type]
@@ -107,7 +108,7 @@ def _reference(case: Case, inp: DecodeInputs, table: torch.Tensor, last: torch.T
 
 
 def _kernel(
-    case: Case, bs: int, inp: DecodeInputs, table: torch.Tensor, last: torch.Tensor, device: torch.device
+    case: Case, bs: int, inp: StepInput, table: torch.Tensor, last: torch.Tensor, device: torch.device
 ) -> dict[str, Any]:
     from radixserve.runtime.step_fill import StepFillStaging, step_fill
 

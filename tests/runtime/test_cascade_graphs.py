@@ -14,9 +14,10 @@ import torch
 from radixserve.model.loader import load_model
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.cuda_graph import DecodeGraphs
-from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.sampler import SamplingInputs
+from radixserve.runtime.step import StepInput
+from radixserve.runtime.step_batch import build_decode_batch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from graph_cases import graph_side  # noqa: E402
@@ -75,9 +76,7 @@ def test_cascade_graph_matches_eager_cascade_and_plain() -> None:
     for step, groups in enumerate([both, first, both]):  # the groups change between replays
         slots = np.array([next(free) for _ in rows], dtype=np.int64)
         ids = np.array([-1 if (i + step) % 2 else 100 + i for i in range(len(rows))], dtype=np.int64)
-        inp = DecodeInputs(
-            rows=rows, prefix_lens=prefix + step, out_slots=slots, input_ids=ids, cascade=groups
-        )
+        inp = StepInput.decode(rows, prefix + step, slots, ids, SamplingInputs(rows, [], 0), groups)
         outs = []
         for table, attn, graphs, last in sides:
             with torch.cuda.stream(stream), torch.inference_mode():

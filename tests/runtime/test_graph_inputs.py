@@ -13,9 +13,10 @@ import torch
 
 from radixserve.model.loader import load_model
 from radixserve.runtime.cuda_graph import DecodeGraphs
-from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.greedy_graphs import GreedyGraphs
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.sampler import SamplingInputs
+from radixserve.runtime.step import StepInput
+from radixserve.runtime.step_batch import build_decode_batch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from graph_cases import graph_side  # noqa: E402
@@ -66,7 +67,7 @@ def test_graph_built_inputs_match_host_built() -> None:
         slots = ctx[start : start + len(rows)].astype(np.int64)
         start += len(rows)
         ids = np.array([-1 if (i + step) % 2 else 100 + i for i in range(len(rows))], dtype=np.int64)
-        inp = DecodeInputs(rows=rows, prefix_lens=prefix + step, out_slots=slots, input_ids=ids)
+        inp = StepInput.decode(rows, prefix + step, slots, ids, SamplingInputs(rows, [], 0))
         outs = []
         for _pool, table, graphs, last, stream in sides:
             with torch.cuda.stream(stream), torch.inference_mode():

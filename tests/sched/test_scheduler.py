@@ -15,8 +15,8 @@ import torch
 from radixserve.cache.allocator import SlotAllocator
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
-from radixserve.runtime.decode_inputs import build_decode_batch
 from radixserve.runtime.runner import StepResult
+from radixserve.runtime.step_batch import build_decode_batch
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request
@@ -38,24 +38,25 @@ class FakeModel:
         self.kv: dict[int, int] = {}  # slot -> token id stored there (position-free fake KV)
 
     def step(self, batch: Batch, pending: dict[int, int]) -> StepResult:
-        ids = list(batch.input_ids)
-        kv_indices = batch.kv_indices
+        step = batch.step
+        ids = step.input_ids.tolist()
+        kv_indices = step.kv_indices
         if kv_indices is None:  # a decode step: its context comes from the table, as the runner builds it
-            step = batch.to_step(torch.device("cpu"))
-            assert step.decode is not None
             last = torch.zeros(64, dtype=torch.int64)
-            fb = build_decode_batch(step.decode, self.sched.kv.table.device_table, last, last.device)
+            fb = build_decode_batch(step, self.sched.kv.table.device_table, last, last.device)
             kv_indices = fb.kv_indices.numpy()
         off = 0
         kv_off = 0
         next_ids = []
-        for req, p, e, s in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, batch.sample):
+        for req, p, e, s in zip(
+            batch.reqs, step.prefix_lens.tolist(), step.extend_lens.tolist(), batch.sample
+        ):
             ctx = kv_indices[kv_off : kv_off + p + e].tolist()
             for j in range(e):
                 tok = ids[off + j]
                 if tok < 0:
                     tok = pending[req.row]
-                self.kv[int(batch.out_slots[off + j])] = tok
+                self.kv[int(step.out_slots[off + j])] = tok
             seq = [self.kv[slot] for slot in ctx]  # the request's whole context, read back from "KV"
             assert seq[: len(req.prompt_ids)] == req.prompt_ids[: len(seq)], "context slots hold wrong tokens"
             if s:
@@ -64,7 +65,7 @@ class FakeModel:
                 pending[req.row] = tok
             off += e
             kv_off += p + e
-        lps = [(-1.0, [])] * len(batch.prompt_lp_targets) if batch.prompt_lp_targets else None
+        lps = [(-1.0, [])] * len(step.prompt_lp_targets) if step.prompt_lp_targets else None
         return StepResult(next_ids=next_ids, prompt_lps=lps)
 
 
@@ -145,8 +146,10 @@ def test_prefill_then_decode_and_kv_returns_to_the_tree() -> None:
     r = req("a", [5, 6, 7, 8], 3)
     sched.add(r)
     batch = sched.schedule()
-    assert batch.is_prefill and batch.extend_lens == [4] and batch.prefix_lens == [0]
-    assert batch.out_slots.tolist() == [0, 1, 2, 3]
+    assert (
+        batch.is_prefill and batch.step.extend_lens.tolist() == [4] and batch.step.prefix_lens.tolist() == [0]
+    )
+    assert batch.step.out_slots.tolist() == [0, 1, 2, 3]
     model, pending = fake(sched)
     outs = sched.process(batch, model.step(batch, pending))
     assert outs[0].delta_token_ids == (next_token([5, 6, 7, 8]),)
@@ -162,7 +165,7 @@ def test_second_request_reuses_the_cached_prompt() -> None:
     b = req("b", list(range(1, 11)) + [20, 21], 2)
     sched.add(b)
     batch = sched.schedule()
-    assert batch.prefix_lens == [10] and batch.extend_lens == [2]  # the prompt of "a" is cached
+    assert batch.step.prefix_lens.tolist() == [10] and batch.step.extend_lens.tolist() == [2]  # "a" cached
     assert b.cached_tokens == 10
 
 
@@ -177,7 +180,7 @@ def test_request_sharing_an_uncached_prefix_waits_one_step() -> None:
     model, pending = fake(sched)
     sched.process(first, model.step(first, pending))
     second = sched.schedule()
-    assert [r.rid for r in second.reqs] == ["b"] and second.prefix_lens == [40]
+    assert [r.rid for r in second.reqs] == ["b"] and second.step.prefix_lens.tolist() == [40]
 
 
 @pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "prefill_first"])
@@ -340,7 +343,7 @@ def test_decoders_get_a_token_every_step_of_a_chunked_prefill_only_when_mixed(
     assert len(prefill) >= 100 // 16 + 1, "the long prompt goes in chunks"
     # Mid-prefill it never samples; its last chunk does.
     assert [x.sample[x.reqs.index(long)] for x in prefill] == [False] * (len(prefill) - 1) + [True]
-    assert all(x.num_tokens <= 16 for x in steps)
+    assert all(x.step.num_tokens <= 16 for x in steps)
     if mixed:  # decode first: a and b sample a token in every step of the long prefill
         for x in prefill:
             assert a in x.reqs and b in x.reqs
@@ -373,8 +376,10 @@ def test_a_step_that_decodes_takes_at_most_mixed_prefill_tokens() -> None:
         for o in sched.process(batch, model.step(batch, pending)):
             outs.setdefault(o.request_id, []).extend(o.delta_token_ids)
         sched.check_integrity()
-    assert steps[0].extend_lens == [50], "nothing decodes yet: the whole prompt in one step"
-    pieces = [x.extend_lens[x.reqs.index(later)] for x in steps if later in x.reqs and first in x.reqs]
+    assert steps[0].step.extend_lens.tolist() == [50], "nothing decodes yet: the whole prompt in one step"
+    pieces = [
+        int(x.step.extend_lens[x.reqs.index(later)]) for x in steps if later in x.reqs and first in x.reqs
+    ]
     pieces = [n for n in pieces if n > 1]  # its prompt chunks (then it decodes too)
     assert pieces[:-1] == [8] * (len(pieces) - 1) and 0 < pieces[-1] <= 8, pieces
     assert sum(pieces) == len(later.prompt_ids) - later.cached_tokens
@@ -402,7 +407,7 @@ def test_a_burst_of_prompts_beside_a_decoder_takes_whole_chunks() -> None:
         sched.check_integrity()
     # 120 tokens wait: the first burst step fills the chunk beside the decoder; once no more
     # than a chunk waits, steps beside decoders take at most 8.
-    assert steps[1].num_tokens == 64
+    assert steps[1].step.num_tokens == 64
     # (A prompt's last token may go as a decode row: a one-token row is no prefill piece.)
-    pieces = [e for x in steps[2:] for e in x.extend_lens if e > 1]
+    pieces = [e for x in steps[2:] for e in x.step.extend_lens.tolist() if e > 1]
     assert pieces and all(e <= 8 for e in pieces), pieces

@@ -14,6 +14,7 @@ import pytest
 
 from radixserve.runtime.sampler import seed_key
 from radixserve.sampling_params import SamplingParams
+from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request
 from radixserve.sched.scheduler import NEED_SYNC, Scheduler
 from tests.sched.test_scheduler import EOS, expected, fake, make
@@ -33,10 +34,10 @@ def checked_schedule(sched: Scheduler, inflight: bool) -> object:
     assert sched.running.decode_reserve() == reserve
     keys = {id(r): seed_key(r.params.seed, len(r.output_ids) + r.pending) for r in want if r.params.seed}
     batch = sched.schedule(inflight=inflight)
-    if getattr(batch, "rows", None) is not None:  # a plain decode step
-        assert batch.reqs == want  # type: ignore[attr-defined]
-        assert batch.prefix_lens == [r.kv_len - 1 for r in want]  # type: ignore[attr-defined]
-        got = {id(batch.reqs[i]): k for i, k in batch.sampling.seeds}  # type: ignore[attr-defined]
+    if isinstance(batch, Batch) and batch.step.is_decode:  # a plain decode step
+        assert batch.reqs == want
+        assert batch.step.prefix_lens.tolist() == [r.kv_len - 1 for r in want]
+        got = {id(batch.reqs[i]): k for i, k in batch.step.sampling.seeds}
         assert got == keys
     return batch
 

@@ -1,6 +1,12 @@
-"""A decode step's `ForwardBatch`, built on the device from the request-to-slot table.
+"""A step's `ForwardBatch`, made by the runner from its `StepInput` (runtime/step.py).
 
-The host sends four numbers per request (row, prefix length, new slot, input
+`build_forward_batch` picks the way: a step with host-listed `kv_indices` is
+copied to the device as it is (`build_extend_batch`); a decode step, which
+has none, is built on the device from the request-to-slot table
+(`build_decode_batch`). Either way a request whose last input id is -1 takes
+it from the runner's on-device buffer of last sampled tokens.
+
+A decode step's host sends four numbers per request (row, prefix length, new slot, input
 id) in one copy; everything that grows with the context (`kv_indices`, the
 slots of every request's whole context) is gathered on the device from the
 table, so host work per decode step does not depend on the context length.
@@ -10,7 +16,7 @@ context, the size of `kv_indices`) is summed from its own array.
 On the CUDA device the gather is a few elementwise ops over the context
 (`gather_context`); on the CPU, where the table is host memory, numpy copies
 the row slices (`_gather_context_host`). Both give exactly the concatenation
-of each request's table row (tests/runtime/test_decode_inputs.py checks both
+of each request's table row (tests/runtime/test_step_batch.py checks both
 against the host-built batch, and `gather_context` on the CPU too).
 """
 
@@ -21,7 +27,7 @@ import torch
 
 from radixserve.host_copy import to_device
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.step import DecodeInputs
+from radixserve.runtime.step import StepInput
 
 
 def gather_context(
@@ -46,9 +52,58 @@ def _gather_context_host(table: torch.Tensor, rows: np.ndarray, seq_lens: np.nda
     return torch.from_numpy(np.concatenate([t[r, :n] for r, n in zip(rows.tolist(), seq_lens.tolist())]))
 
 
+def build_forward_batch(
+    step: StepInput, table: torch.Tensor | None, last_tokens: torch.Tensor, device: torch.device
+) -> ForwardBatch:
+    """The forward batch of `step`; `table` (`ReqToSlotTable.device_table`) is needed by decode steps."""
+    if not step.is_decode:
+        return build_extend_batch(step, last_tokens, device)
+    if table is None:
+        raise RuntimeError("a decode step needs the slot table (ReqToSlotTable.device_table)")
+    return build_decode_batch(step, table, last_tokens, device)
+
+
+@torch.inference_mode()
+def build_extend_batch(step: StepInput, last_tokens: torch.Tensor, device: torch.device) -> ForwardBatch:
+    """The forward batch of a step whose context slots the host listed (`kv_indices`)."""
+    assert step.kv_indices is not None
+    b = step.batch_size
+    qo = np.zeros(b + 1, dtype=np.int32)
+    np.cumsum(step.extend_lens, out=qo[1:])
+    kv = np.zeros(b + 1, dtype=np.int32)
+    np.cumsum(step.prefix_lens + step.extend_lens, out=kv[1:])
+    positions = np.concatenate(
+        [
+            np.arange(p, p + e, dtype=np.int64)
+            for p, e in zip(step.prefix_lens.tolist(), step.extend_lens.tolist())
+        ]
+    )
+    ids = to_device(step.input_ids, torch.int64, device)
+    last = qo[1:] - 1
+    pending = np.flatnonzero(step.input_ids[last] < 0)
+    if len(pending):  # ids the previous step is still sampling: take them from the device
+        if ids.device.type == "cpu":
+            ids = ids.clone()  # a CPU tensor shares the step's array, which stays as it was
+        ids[to_device(last[pending], torch.int64, device)] = last_tokens[
+            to_device(step.rows[pending], torch.int64, device)
+        ]
+    return ForwardBatch(
+        input_ids=ids,
+        positions=to_device(positions, torch.int64, device),
+        out_slots=to_device(step.out_slots, torch.int64, device),
+        qo_indptr=to_device(qo, torch.int32, device),
+        kv_indptr=to_device(kv, torch.int32, device),
+        kv_indices=to_device(step.kv_indices, torch.int32, device),
+        extend_lens=step.extend_lens.tolist(),
+        prefix_lens=step.prefix_lens.tolist(),
+        logit_rows=None if step.logit_rows is None else to_device(step.logit_rows, torch.int64, device),
+        cascade=step.cascade,
+    )
+
+
 @torch.inference_mode()
 def build_decode_batch(
-    inp: DecodeInputs, table: torch.Tensor, last_tokens: torch.Tensor, device: torch.device
+    inp: StepInput, table: torch.Tensor, last_tokens: torch.Tensor, device: torch.device
 ) -> ForwardBatch:
     """The forward batch of a decode step; also records each new slot in `table`.
 
