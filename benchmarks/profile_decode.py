@@ -46,7 +46,7 @@ class DecodeProfiler:
         orig = worker._launch
 
         def launch(batch: Any, *a: Any, **kw: Any) -> Any:
-            full = getattr(batch, "is_decode", False) and len(batch.reqs) == self.batch_size
+            full = batch.step.is_decode and len(batch.reqs) == self.batch_size
             if full and not self.done:
                 if self.seen == self.skip and self.python:
                     self.py = cProfile.Profile()

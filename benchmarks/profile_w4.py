@@ -54,7 +54,7 @@ class StepTrace:
             out = launch(batch)
             if py is not None:
                 py.disable()
-            lens = batch.extend_lens
+            lens = batch.step.extend_lens.tolist()
             prefill = sum(n for n in lens if n > 1)
             self.pending[id(batch)] = {
                 "decode_rows": float(sum(1 for n in lens if n == 1)),
