@@ -122,6 +122,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="EngineConfig.stream_interval of the engines (W1's streaming figure: an output every N tokens)",
     )
+    ap.add_argument(
+        "--models",
+        default="",
+        help="SMALL[,LARGE] model specs instead of the defaults, e.g. dummy:qwen3-30b-a3b (one: both)",
+    )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -147,6 +152,9 @@ def main(argv: list[str] | None = None) -> Path:
     target = replace(make_target(args.device), stream_interval=args.stream_interval)
     if args.set:
         target = replace(target, overrides=tuple(parse_override(kv) for kv in args.set))
+    if args.models:
+        specs = args.models.split(",")
+        target = replace(target, small=specs[0], large=specs[-1])
     if target.device == "cpu" and args.quick:
         torch.set_num_threads(1)  # tiny ops: OpenMP fork/join on a shared CPU costs more than it gives
     sizes = Sizes.quick() if args.quick else Sizes.full()

@@ -117,12 +117,6 @@ def _model_config(hf_config: Any) -> tuple[type[nn.Module], ModelConfig]:
 def _instantiate(
     cls: type[nn.Module], config: ModelConfig, dtype: torch.dtype, device: torch.device
 ) -> nn.Module:
-    if config.moe is not None and device.type == "cuda":  # before any weight is read
-        raise ValueError(
-            f"{config.moe.experts_field}={config.moe.num_experts}: mixture-of-experts blocks run on the "
-            "CPU only for now (a reference loop that waits on the device per layer); the fused GPU "
-            "kernel is not written yet"
-        )
     # Built directly on the target device with uninitialised storage: the weights are filled once, after.
     with torch.device(device):
         model = cls(config, dtype=dtype)

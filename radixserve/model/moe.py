@@ -7,10 +7,11 @@ adds a shared expert every token takes, scaled by a sigmoid gate.
 
 The experts' weights are stacked, `gate_up_proj [E, 2I, H]` and
 `down_proj [E, H, I]` (transformers' own layout and what a fused GPU kernel
-reads); the loader copies each checkpoint expert into its rows. The forward is
-the reference: transformers' loop over the experts that got a token, in expert
-order, so float32 results match it. It syncs with the host per layer (which
-experts were hit), so it is the CPU path; a fused kernel serves the GPU.
+reads); the loader copies each checkpoint expert into its rows. On the CPU the
+forward is the reference: transformers' loop over the experts that got a token,
+in expert order, so float32 results match it; it asks the host which experts
+were hit, per layer. On CUDA it is two grouped GEMMs over the pairs sorted by
+expert (runtime/fused_moe.py), with no host sync, so CUDA graphs replay it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class MoEExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, top_idx: torch.Tensor, top_w: torch.Tensor) -> torch.Tensor:
         """x `[T, H]`; top_idx / top_w `[T, k]`: each token's experts and their weights."""
+        if x.is_cuda:
+            from radixserve.runtime.fused_moe import fused_moe  # imports triton: CUDA only
+
+            return fused_moe(x, top_idx, top_w, self.gate_up_proj, self.down_proj, self._act_and_mul)
+        return self.reference(x, top_idx, top_w)
+
+    def reference(self, x: torch.Tensor, top_idx: torch.Tensor, top_w: torch.Tensor) -> torch.Tensor:
+        """transformers' loop over the experts hit (a host sync per call)."""
         out = torch.zeros_like(x)
         hit = torch.zeros(self.moe.num_experts, dtype=torch.bool, device=x.device)
         hit[top_idx.flatten()] = True

@@ -99,12 +99,6 @@ def test_experts_are_stacked_and_route_as_transformers(tmp_path: Path, helpers: 
             assert torch.equal(views[name], f.get_tensor(name)), name
 
 
-def test_moe_models_refuse_a_gpu_at_load(tmp_path: Path, helpers: Any) -> None:
-    helpers.make_tiny_checkpoint("mixtral", tmp_path)
-    with pytest.raises(ValueError, match="num_local_experts=4"):
-        load_model(tmp_path, device="cuda")
-
-
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
 def test_backends_without_softcap_refuse_it_naming_the_field(backend: str) -> None:
     from radixserve.cache.kv_pool import KVPool, KVPoolConfig

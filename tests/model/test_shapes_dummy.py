@@ -23,6 +23,8 @@ PUBLISHED = {
     "qwen2.5-0.5b": 0.494e9,
     "qwen2.5-7b": 7.62e9,
     "qwen3-0.6b": 0.596e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "mixtral-8x7b": 46.7e9,
 }
 
 

@@ -1,7 +1,8 @@
 """Every Triton kernel case on the CPU, in one interpreter process.
 
 `TRITON_INTERPRET=1 python interpreted_cases.py [seed]` runs the attention cases
-(attention_cases.py, cascade included) and the decode-fill cases (step_fill_cases.py) and prints one JSON
+(attention_cases.py, cascade included), the decode-fill cases (step_fill_cases.py) and the
+fused-MoE cases (moe_cases.py) and prints one JSON
 object. tests/runtime/conftest.py runs it once per session in a subprocess, so that the flag
 (read when triton defines the kernels) never reaches the test process and the interpreter
 starts once for both.
@@ -15,6 +16,7 @@ import sys
 
 import torch
 from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_cases, run_triton_cpu_cases
+from moe_cases import run_moe_cases
 from step_fill_cases import run_step_fill_cases
 
 if __name__ == "__main__":
@@ -29,5 +31,6 @@ if __name__ == "__main__":
         "cascade": cascade,
         "cascade_graph": graphs,
         "step_fill": run_step_fill_cases(seed),
+        "moe": run_moe_cases(seed),
     }
     print(json.dumps(out))

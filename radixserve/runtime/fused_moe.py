@@ -1,0 +1,180 @@
+"""Mixture-of-experts feed-forward on the GPU: two grouped GEMMs over tokens sorted by expert.
+
+Each token picked `k` experts, so a step has `P = T * k` (token, expert) pairs.
+`align` sorts the pairs by expert and pads each expert's run to a multiple of
+`BLOCK_M`, so that every block of `BLOCK_M` sorted pairs belongs to one
+expert; `grouped_gemm` then runs one program per (block, column tile), which
+reads that expert's weight tile once for all the block's pairs. The first GEMM
+reads the tokens' hidden states (`pair // k`) through `gate_up_proj [E, 2I, H]`,
+the activation-and-mul is the model's own kernel, and the second GEMM reads
+each pair's row through `down_proj [E, H, I]` and scales it by the pair's
+routing weight; the `k` rows of a token are then summed.
+
+Nothing here waits on the device: the padded layout's size has a bound the host
+knows (`P + E * (BLOCK_M - 1)`), the grid covers that bound and programs past
+the real end (read on the device) return at once. So a decode step replays it
+from a CUDA graph. Importing this module imports triton (CUDA, or the CPU
+interpreter with TRITON_INTERPRET=1, as the tests run it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The pairs sorted by expert, each expert's run padded to a multiple of `block_m`."""
+
+    sorted_pairs: torch.Tensor  # [bound] int64: pair ids (token * k + slot); `num_pairs` = padding
+    block_expert: torch.Tensor  # [bound / block_m] int64: the expert of each block
+    padded_total: torch.Tensor  # [1] int64: where the padded layout really ends (on the device)
+    block_m: int
+    num_pairs: int
+
+
+def align(top_idx: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
+    """Sort `top_idx [T, k]`'s pairs by expert (stable: pairs of one expert keep token order)."""
+    flat = top_idx.reshape(-1).to(torch.int64)
+    pairs = flat.numel()
+    device = flat.device
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_end = torch.cumsum(padded, 0)
+    order = torch.argsort(flat, stable=True)
+    expert_of = flat[order]
+    rank = torch.arange(pairs, device=device) - (torch.cumsum(counts, 0) - counts)[expert_of]
+    bound = pairs + num_experts * (block_m - 1)
+    bound = (bound + block_m - 1) // block_m * block_m
+    sorted_pairs = torch.full((bound,), pairs, dtype=torch.int64, device=device)
+    sorted_pairs.scatter_(0, (padded_end - padded)[expert_of] + rank, order)
+    starts = torch.arange(0, bound, block_m, device=device)
+    block_expert = torch.searchsorted(padded_end, starts, right=True).clamp_(max=num_experts - 1)
+    return Alignment(sorted_pairs, block_expert, padded_end[-1:], block_m, pairs)
+
+
+@triton.jit
+def _grouped_gemm_kernel(
+    A,
+    B,
+    C,
+    SortedPairs,
+    BlockExpert,
+    PaddedTotal,
+    Weights,
+    num_pairs,
+    N,
+    K,
+    stride_am,
+    stride_be,
+    stride_bn,
+    stride_cm,
+    TOP_K: tl.constexpr,
+    A_BY_TOKEN: tl.constexpr,
+    SCALE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """C[pair, :] = A[row(pair), :] @ B[expert]^T (times the pair's weight with SCALE)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_m * BLOCK_M >= tl.load(PaddedTotal):
+        return
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(SortedPairs + offs_m)
+    real = pair < num_pairs
+    row = pair // TOP_K if A_BY_TOKEN else pair
+    expert = tl.load(BlockExpert + pid_m)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = A + row[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = B + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=real[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    if SCALE:
+        acc = acc * tl.load(Weights + pair, mask=real, other=0.0)[:, None]
+    c_ptrs = C + pair[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=real[:, None] & (offs_n[None, :] < N))
+
+
+def grouped_gemm(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    al: Alignment,
+    top_k: int,
+    a_by_token: bool,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`[P, N]`: row p is `a[p // top_k if a_by_token else p] @ weight[expert(p)].T`, times `scale[p]`.
+
+    `a [rows, K]` and `weight [E, N, K]` contiguous in their last dim."""
+    _, n, k = weight.shape
+    if a.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("grouped_gemm reads rows: a and weight must be contiguous in their last dim")
+    out = torch.empty(al.num_pairs, n, dtype=a.dtype, device=a.device)
+    block_n = 64 if n >= 64 else 32
+    block_k = 64 if k >= 64 else 32
+    grid = (al.sorted_pairs.numel() // al.block_m, triton.cdiv(n, block_n))
+    _grouped_gemm_kernel[grid](
+        a,
+        weight,
+        out,
+        al.sorted_pairs,
+        al.block_expert,
+        al.padded_total,
+        scale if scale is not None else out,  # unread without SCALE
+        al.num_pairs,
+        n,
+        k,
+        a.stride(0),
+        weight.stride(0),
+        weight.stride(1),
+        out.stride(0),
+        TOP_K=top_k,
+        A_BY_TOKEN=a_by_token,
+        SCALE=scale is not None,
+        BLOCK_M=al.block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+    )
+    return out
+
+
+def block_m_for(pairs: int, num_experts: int) -> int:
+    """Rows per block: about the pairs an expert gets (a block pads to it), at least tl.dot's 16."""
+    per_expert = pairs / num_experts
+    return 16 if per_expert <= 16 else 32 if per_expert <= 48 else 64
+
+
+def fused_moe(
+    x: torch.Tensor,
+    top_idx: torch.Tensor,
+    top_w: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    act_and_mul: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """`[T, H]`: each token's experts' gated MLPs, weighted by `top_w [T, k]` and summed."""
+    tokens, top_k = top_idx.shape
+    if tokens == 0:
+        return torch.zeros_like(x)
+    num_experts = gate_up_proj.shape[0]
+    al = align(top_idx, num_experts, block_m_for(tokens * top_k, num_experts))
+    h = grouped_gemm(x, gate_up_proj, al, top_k, a_by_token=True)
+    h = act_and_mul(h)
+    w = top_w.reshape(-1).to(torch.float32)
+    y = grouped_gemm(h, down_proj, al, top_k, a_by_token=False, scale=w)
+    return y.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
