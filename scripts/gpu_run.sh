@@ -30,6 +30,7 @@ timeout "${GPU_TESTS_S:-240}" python3 -m pytest -q -m gpu tests/runtime -p no:ca
 python3 -c "import os; from pathlib import Path
 from benchmarks.gpu_attention_check import pack_flashinfer_cache as p
 print('fi_cache', p(Path(os.environ['OUT'])))"
-timeout "$suite_s" python3 benchmarks/gpu_suite.py --only "$sections" --out "$out" >"$out/suite.log" 2>&1
+# shellcheck disable=SC2086 # SUITE_ARGS: more gpu_suite.py options, e.g. "--models dummy:qwen3-30b-a3b"
+timeout "$suite_s" python3 benchmarks/gpu_suite.py --only "$sections" --out "$out" ${SUITE_ARGS:-} >"$out/suite.log" 2>&1
 echo "suite exit $?"
 grep -E '^\[|^-- |Error' "$out/suite.log"
