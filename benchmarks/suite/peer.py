@@ -32,7 +32,11 @@ def hf_twin(target: Target, spec: str) -> Any:
     loaded = load_model(spec, dtype, target.device, load_format=load_format(spec))
     with torch.device(target.device):  # real init (buffers like rotary inv_freq), then our weights
         hf = AutoModelForCausalLM.from_config(loaded.hf_config, dtype=dtype)
-    missing, unexpected = hf.load_state_dict(checkpoint_views(loaded.model), strict=False)
+    # Checkpoint names (q/k/v of a fused qkv, per-expert tensors) where transformers' modules
+    # use them; our own names where they match its modules instead (stacked experts).
+    wanted = set(hf.state_dict())
+    views = {**dict(loaded.model.named_parameters()), **checkpoint_views(loaded.model)}
+    missing, unexpected = hf.load_state_dict({k: v for k, v in views.items() if k in wanted}, strict=False)
     assert not unexpected, unexpected
     assert all("lm_head" in m for m in missing), missing  # tied: lm_head reads the embedding
     hf.generation_config.eos_token_id = None

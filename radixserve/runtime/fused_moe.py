@@ -110,6 +110,25 @@ def _grouped_gemm_kernel(
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=real[:, None] & (offs_n[None, :] < N))
 
 
+@dataclass(frozen=True)
+class Tiles:
+    """A grouped GEMM's column and depth tiles and its launch shape (rows: `Alignment.block_m`)."""
+
+    block_n: int = 64
+    block_k: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def fit(self, n: int, k: int) -> Tiles:
+        """These tiles, narrowed for a small matrix (tl.dot needs at least 16)."""
+        return Tiles(
+            min(self.block_n, max(16, triton.next_power_of_2(n))),
+            min(self.block_k, max(16, triton.next_power_of_2(k))),
+            self.num_warps,
+            self.num_stages,
+        )
+
+
 def grouped_gemm(
     a: torch.Tensor,
     weight: torch.Tensor,
@@ -117,6 +136,7 @@ def grouped_gemm(
     top_k: int,
     a_by_token: bool,
     scale: torch.Tensor | None = None,
+    tiles: Tiles = Tiles(),
 ) -> torch.Tensor:
     """`[P, N]`: row p is `a[p // top_k if a_by_token else p] @ weight[expert(p)].T`, times `scale[p]`.
 
@@ -125,9 +145,8 @@ def grouped_gemm(
     if a.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("grouped_gemm reads rows: a and weight must be contiguous in their last dim")
     out = torch.empty(al.num_pairs, n, dtype=a.dtype, device=a.device)
-    block_n = 64 if n >= 64 else 32
-    block_k = 64 if k >= 64 else 32
-    grid = (al.sorted_pairs.numel() // al.block_m, triton.cdiv(n, block_n))
+    t = tiles.fit(n, k)
+    grid = (al.sorted_pairs.numel() // al.block_m, triton.cdiv(n, t.block_n))
     _grouped_gemm_kernel[grid](
         a,
         weight,
@@ -147,8 +166,10 @@ def grouped_gemm(
         A_BY_TOKEN=a_by_token,
         SCALE=scale is not None,
         BLOCK_M=al.block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
     )
     return out
 
@@ -166,15 +187,18 @@ def fused_moe(
     gate_up_proj: torch.Tensor,
     down_proj: torch.Tensor,
     act_and_mul: Callable[[torch.Tensor], torch.Tensor],
+    block_m: int | None = None,
+    tiles: Tiles = Tiles(),
 ) -> torch.Tensor:
-    """`[T, H]`: each token's experts' gated MLPs, weighted by `top_w [T, k]` and summed."""
+    """`[T, H]`: each token's experts' gated MLPs, weighted by `top_w [T, k]` and summed.
+    (`block_m` / `tiles`: the GEMMs' tiles, chosen here unless given: benchmarks sweep them.)"""
     tokens, top_k = top_idx.shape
     if tokens == 0:
         return torch.zeros_like(x)
     num_experts = gate_up_proj.shape[0]
-    al = align(top_idx, num_experts, block_m_for(tokens * top_k, num_experts))
-    h = grouped_gemm(x, gate_up_proj, al, top_k, a_by_token=True)
+    al = align(top_idx, num_experts, block_m or block_m_for(tokens * top_k, num_experts))
+    h = grouped_gemm(x, gate_up_proj, al, top_k, a_by_token=True, tiles=tiles)
     h = act_and_mul(h)
     w = top_w.reshape(-1).to(torch.float32)
-    y = grouped_gemm(h, down_proj, al, top_k, a_by_token=False, scale=w)
+    y = grouped_gemm(h, down_proj, al, top_k, a_by_token=False, scale=w, tiles=tiles)
     return y.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
