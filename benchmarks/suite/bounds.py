@@ -1,0 +1,44 @@
+"""W1's bandwidth bound for any model shape: the bytes a decode step must read, summed over W1.
+
+Each decode step reads every weight a token of the batch touches (all dense weights; of a
+sparse block, the experts some token picked: `E * (1 - (1 - k/E)^B)` expected for B tokens
+with uniform routing) and the K/V of every running request's context, at the HBM bandwidth.
+W1's requests all start at once, so step s runs the requests whose output is longer than s,
+each with `input + s + 1` tokens of context. Prefill and everything else is left out, so the
+bound is an upper limit. `hbm_tb_s` is the GPU's peak (4.8 TB/s on an H200).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.common import Request
+from radixserve.model.config import ModelConfig
+from radixserve.model.registry import resolve_architecture
+
+
+def w1_bound(hf_config: object, reqs: list[Request], dtype_bytes: int = 2, hbm_tb_s: float = 4.8) -> float:
+    """Output tokens per second if every step took its bytes / bandwidth."""
+    _, cls = resolve_architecture(
+        getattr(hf_config, "architectures", None), getattr(hf_config, "model_type", None)
+    )
+    config = ModelConfig.from_hf(hf_config)
+    with torch.device("meta"):
+        model = cls(config, dtype=torch.bfloat16)
+    params = sum(p.numel() for p in model.parameters())
+    experts, expert_bytes, top_k = 0, 0, 0
+    if config.moe is not None:
+        experts, top_k = config.moe.num_experts, config.moe.top_k
+        sparse = sum(config.moe.sparse_layers)
+        expert_bytes = 3 * config.hidden_size * config.moe.intermediate_size * sparse * dtype_bytes
+    dense_bytes = params * dtype_bytes - experts * expert_bytes
+    kv_per_token = config.num_layers * config.num_kv_heads * config.head_dim * 2 * dtype_bytes
+    lengths = [(len(ids), out) for ids, out in reqs]
+    seconds, tokens = 0.0, 0
+    for s in range(max(out for _, out in lengths)):
+        running = [i for i, out in lengths if out > s]
+        touched = experts * (1 - (1 - top_k / experts) ** len(running)) if experts else 0.0
+        kv = sum(i + s + 1 for i in running) * kv_per_token
+        seconds += (dense_bytes + touched * expert_bytes + kv) / (hbm_tb_s * 1e12)
+        tokens += len(running)
+    return tokens / seconds
