@@ -1,8 +1,8 @@
 """`ReplicaSet`: N engines (replicas) behind one engine's API and a router.
 
-`AsyncEngine(EngineConfig(data_parallel_size=N))` hands every call to one
-(engine.py), so the server, the blocking `Engine` and every other caller take it
-as they take one engine. Each replica is a full engine (made by the factory the
+`AsyncEngine(EngineConfig(data_parallel_size=N))` hands every call to one (its
+core, engine.py's `EngineCore`), so the server, the blocking `Engine` and every
+other caller take it as they take one engine. Each replica is a full engine (made by the factory the
 engine passes in: this layer sits below engine.py) in the same event loop, on
 its own device, with its own worker thread, KV pool and radix cache.
 
@@ -48,6 +48,11 @@ E = TypeVar("E", bound=Replica)
 class ReplicaSet(Generic[E]):
     """Replicas behind one engine's API (see the module docstring); `make` builds one engine
     from its config (engine.py passes `AsyncEngine`)."""
+
+    # One engine's parts (`EngineCore`'s): each replica has its own, in `engines`.
+    scheduler: None = None
+    pool: None = None
+    worker: None = None
 
     def __init__(self, config: EngineConfig, make: Callable[[EngineConfig], E]) -> None:
         self.config = config
