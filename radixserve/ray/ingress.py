@@ -33,7 +33,7 @@ from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt
 from radixserve.ray.deltas import DeltaJoiner
 from radixserve.ray.replica import ReplicaInfo
-from radixserve.replicas.prepare import prepare_request
+from radixserve.replicas.prepare import check_ids, prepare_request, rewrite_result
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.app import LOOPBACK_HOSTS, create_app
 from radixserve.server.limits import ServerLimits
@@ -118,7 +118,7 @@ class ServeReplicas:
         options: ChatOptions,
     ) -> AsyncGenerator[RequestOutput, None]:
         ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
-        self._claim(request_id)
+        self._claim(request_id, extra_key)
         call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
         stream = self._handle.options(stream=True)
         outs = cast(DeploymentResponseGenerator[RequestOutput], stream.generate.remote(**call))
@@ -145,7 +145,7 @@ class ServeReplicas:
         options: ChatOptions,
     ) -> RequestOutput | list[RequestOutput]:
         ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
-        self._claim(request_id)
+        self._claim(request_id, extra_key)
         call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
         response = self._handle.complete.remote(**call)
         try:
@@ -156,9 +156,7 @@ class ServeReplicas:
         finally:
             if request_id is not None:
                 self._live.discard(request_id)
-        if rewrite is None:
-            return result
-        return [rewrite(o) for o in result] if isinstance(result, list) else rewrite(result)
+        return rewrite_result(rewrite, result)
 
     async def abort(self, request_id: str) -> None:
         """Abort the live request `request_id` on whichever replica runs it."""
@@ -203,14 +201,10 @@ class ServeReplicas:
             self._tokenizer, self._parsers, self.context_length, self._vocab, prompt, params, options
         )
 
-    def _claim(self, request_id: str | None) -> None:
-        if request_id is None:
-            return
-        if not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if request_id in self._live:
-            raise ValueError(f"request_id {request_id!r} is already running")
-        self._live.add(request_id)
+    def _claim(self, request_id: str | None, extra_key: str | None) -> None:
+        check_ids(request_id, extra_key, self._live)
+        if request_id is not None:
+            self._live.add(request_id)
 
     def _check_loop(self) -> None:
         if self._loop is not None and asyncio.get_running_loop() is not self._loop:
