@@ -5,7 +5,7 @@ lifecycle) and hands every call to one *core*, an object of the `EngineCore`
 protocol below, chosen once when it is made: a `LocalEngine` (local_engine.py:
 one model, KV pool and worker thread), or, with `data_parallel_size`, a
 `ReplicaSet` (replicas/replica_set.py: N engines of this class behind a
-router). Radixserve.ray's ingress makes one over Ray Serve's replicas
+router); radixserve.ray's ingress makes one over Ray Serve's replicas
 (`AsyncEngine.over`). So the API is written once, each core holds only its own
 path, and nothing here asks which core it has.
 
