@@ -115,7 +115,7 @@ async def compile_all(engine: Any, rows: list[dict[str, Any]]) -> tuple[list[dic
     for row in rows:
         try:
             sp = SamplingParams(json_schema=row["schema"])
-            await engine._grammars.compile(sp)  # the engine's compiler, as a request's would
+            await engine._core.grammars.compile(sp)  # the engine's compiler, as a request's would
             ok.append(row)
         except ValueError as e:
             failures.append({"id": row["id"], "reason": reason_of(str(e)), "error": str(e)[:300]})

@@ -1,155 +1,135 @@
 """`AsyncEngine`: the object most users touch (`Engine`, in blocking.py, wraps it).
 
-The engine lives in the caller's asyncio event loop. Requests are tokenized
-and validated there (a bad request raises in the caller and never reaches the
-worker); the worker thread (`sched/worker.py`) schedules and runs the model;
-its outputs come back once per step through `loop.call_soon_threadsafe` into
-one sink per request (`sinks.py`), which `generate()` drains as an async
-generator: one output per completion per step while the caller keeps up,
-fewer and larger ones when it reads slower than the engine produces (the
-worker builds no output for a completion whose previous one is unread).
-Cancelling the task aborts the request, and so does closing the generator
-(see `generate`).
+Design: `AsyncEngine` is the public API (its signatures, docstrings and
+lifecycle) and hands every call to one *core*, an object of the `EngineCore`
+protocol below, chosen once when it is made: a `LocalEngine` (local_engine.py:
+one model, KV pool and worker thread), or, with `data_parallel_size`, a
+`ReplicaSet` (replicas/replica_set.py: N engines of this class behind a
+router); radixserve.ray's ingress makes one over Ray Serve's replicas
+(`AsyncEngine.over`). So the API is written once, each core holds only its own
+path, and nothing here asks which core it has.
 
-An engine belongs to the event loop it was started in (`engine.loop`); calls
-from another loop raise `RuntimeError` at once. What it runs on is built in
-`engine_build.py`; the link between the caller's loop and the worker thread
-(submitting, aborting, queries, failures) is `worker_link.py`, and routing outputs
-to their callers `sinks.py`; compiling grammars for structured output is
-`grammar_compiler.py`.
+An engine lives in the caller's asyncio event loop and belongs to the loop it
+was started in (`engine.loop`); calls from another loop raise `RuntimeError`
+at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.chat_output import ChatRewriter
-from radixserve.chat_plan import ChatOptions, ChatParsers, prepare_chat
+from radixserve.chat_plan import ChatOptions, ChatParsers
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
-from radixserve.engine_build import build_parts
-from radixserve.errors import WRONG_LOOP
-from radixserve.grammar_compiler import GrammarCompiler, xgrammar_backend
+from radixserve.local_engine import LocalEngine
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import JsonObject, Prompt, is_chat
+from radixserve.prompts import JsonObject, Prompt
 from radixserve.replicas.replica_set import ReplicaSet
 from radixserve.sampling_params import SamplingParams
-from radixserve.sched.messages import CheckIntegrity, FlushCache, ReadStats
-from radixserve.sched.request import Request
 from radixserve.sched.scheduler import Scheduler
 from radixserve.sched.worker import Worker
-from radixserve.sinks import Collector, Stream
-from radixserve.submission import complete_many, make_requests
-from radixserve.worker_link import WorkerLink
+from radixserve.submission import complete_many
+
+
+class EngineCore(Protocol):
+    """What an `AsyncEngine` hands its calls to; each member is the `AsyncEngine` one of the
+    same name, with the chat options as one `ChatOptions`."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+    @property
+    def loaded(self) -> LoadedModel | None: ...
+    @property
+    def context_length(self) -> int: ...
+    # One engine's parts, for tools that reach into it (None for a core of replicas).
+    @property
+    def scheduler(self) -> Scheduler | None: ...
+    @property
+    def pool(self) -> KVPool | None: ...
+    @property
+    def worker(self) -> Worker | None: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def chat_parsers(self) -> ChatParsers | None: ...
+    @property
+    def tokenizer(self) -> Any: ...  # transformers' tokenizer (untyped) or TextTokenizer
+    @property
+    def grammar_cache(self) -> GrammarCache | None: ...
+
+    async def start(self) -> None: ...
+    async def shutdown(self, drain: bool = ...) -> None: ...
+    def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None,
+        *,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
+    ) -> AsyncGenerator[RequestOutput, None]: ...
+    async def complete(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None,
+        *,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
+    ) -> RequestOutput | list[RequestOutput]: ...
+    async def abort(self, request_id: str) -> None: ...
+    async def flush_cache(self) -> bool: ...
+    async def check_integrity(self) -> None: ...
+    async def stats(self) -> dict[str, int | float]: ...
+    def check_alive(self) -> None: ...
 
 
 class AsyncEngine:
+    config: EngineConfig
+    replicas: tuple[AsyncEngine, ...]
+    """The engines of each replica with `data_parallel_size` (none without)."""
+
     # overrides: EngineConfig's fields, each of its own type (checked by EngineConfig itself)
     def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
-        self.config = (
-            replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
-        )
-        self._link = WorkerLink()
-        self._arrival = itertools.count()
-        self._start_task: asyncio.Task[None] | None = None
-        self._built: Worker | None = None  # the worker `_build` made, until `_start` runs it
-        self.loaded: LoadedModel | None = None
-        self.scheduler: Scheduler | None = None
-        self.pool: KVPool | None = None
-        self.context_length = 0
-        self._grammars = GrammarCompiler(self.config, lambda: xgrammar_backend(self.loaded))
-        self._parsers: ChatParsers | None = None
-        # Replicas (`data_parallel_size`): every call below goes to them (radixserve/replicas/),
-        # and this engine builds nothing of its own.
-        self._replicas = ReplicaSet(self.config, AsyncEngine) if self.config.replicated else None
+        config = replace(config or EngineConfig(), **overrides) if overrides else (config or EngineConfig())
+        if config.replicated:
+            replica_set = ReplicaSet(config, AsyncEngine)
+            self._bind(replica_set, replica_set.engines)
+        else:
+            self._bind(LocalEngine(config), ())
+
+    @classmethod
+    def over(cls, core: EngineCore) -> AsyncEngine:
+        """An engine whose calls go to `core` (radixserve.ray's ingress: replicas on Ray Serve)."""
+        engine = cls.__new__(cls)
+        engine._bind(core, ())
+        return engine
+
+    def _bind(self, core: EngineCore, replicas: tuple[AsyncEngine, ...]) -> None:
+        self._core = core
+        self.config = core.config
+        self.replicas = replicas
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> AsyncEngine:
         """Load the model and start the worker; concurrent calls share one start."""
-        if self._replicas is not None:
-            await self._replicas.start()
-            self.loaded, self.context_length = self._replicas.loaded, self._replicas.context_length
-            return self
-        loop = asyncio.get_running_loop()
-        link = self._link
-        if link.loop is not None and loop is not link.loop and (link.worker or self._start_task):
-            raise RuntimeError(WRONG_LOOP)
-        if link.worker is not None and self._start_task is None:
-            return self
-        if self._start_task is None:
-            link.loop = loop
-            self._start_task = loop.create_task(self._start())
-        # Shielded: one impatient caller's cancel must not leave a half-built engine behind.
-        await asyncio.shield(self._start_task)
+        await self._core.start()
         return self
-
-    async def _start(self) -> None:
-        self._link.reset()
-        try:
-            await asyncio.to_thread(self._build)
-        except BaseException:
-            self._link.loop = None
-            raise
-        finally:
-            self._start_task = None
-        worker, self._built = self._built, None
-        assert worker is not None
-        self._link.run(worker, self.config.watchdog_timeout_s)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop this engine was started in (None before `start()`); it serves only that loop."""
-        if self._replicas is not None:
-            return self._replicas.loop
-        return self._link.loop
-
-    @property
-    def _worker(self) -> Worker | None:
-        """The worker thread's loop object, for tools that profile or hook it (benchmarks)."""
-        return self._link.worker
-
-    def _build(self) -> None:
-        parts = build_parts(self.config)
-        self.loaded, self.pool, self.scheduler = parts.loaded, parts.pool, parts.scheduler
-        if parts.loaded.tokenizer is not None:
-            cfg, tok = self.config, parts.loaded.tokenizer
-            self._parsers = ChatParsers.resolve(cfg.tool_call_parser, cfg.reasoning_parser, tok)
-        self.context_length = parts.context_length
-        self._built = Worker(
-            parts.scheduler,
-            parts.runner,
-            self._link.post,
-            self._link.fail,
-            self.config.overlap_enabled,
-            self._grammars.backend_now,
-        )
 
     async def shutdown(self, drain: bool = True) -> None:
         """Stop the worker; with `drain`, first let every submitted request finish.
 
         Without it, every request still pending ends at once: its `complete()` or
         `generate()` raises `EngineClosedError`. Later calls raise `RuntimeError`."""
-        if self._replicas is not None:
-            await self._replicas.shutdown(drain)
-            self.loaded = None
-            return
-        if self._start_task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._start_task)
-        if self._link.worker is None:
-            return
-        await self._link.stop(drain)
-        self._grammars.close()  # compiles still running are not waited for
-        # Drop the model, pool and graphs so their device memory can be reused.
-        self.loaded = self.scheduler = self.pool = None
+        await self._core.shutdown(drain)
 
     async def __aenter__(self) -> AsyncEngine:
         return await self.start()
@@ -158,28 +138,50 @@ class AsyncEngine:
         await self.shutdown(drain=exc[0] is None)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this engine was started in (None before `start()`); it serves only that loop."""
+        return self._core.loop
+
+    @property
     def healthy(self) -> bool:
-        if self._replicas is not None:  # while one replica serves (the others: stats())
-            return self._replicas.healthy
-        return self._link.healthy
+        """Whether it takes requests (with replicas: while one does; the others' state: `stats()`)."""
+        return self._core.healthy
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        """The model, tokenizer and config loaded (None before `start()` and after `shutdown()`)."""
+        return self._core.loaded
+
+    @property
+    def context_length(self) -> int:
+        return self._core.context_length
 
     @property
     def chat_parsers(self) -> ChatParsers | None:
         """The tool-call and reasoning formats of this model's chat outputs (None: no tokenizer)."""
-        if self._replicas is not None:
-            return self._replicas.chat_parsers
-        return self._parsers
+        return self._core.chat_parsers
 
     @property
     def tokenizer(self) -> Any:  # transformers' tokenizer (untyped) or TextTokenizer, as loaded
-        if self._replicas is not None:
-            return self._replicas.tokenizer
-        return self.loaded.tokenizer if self.loaded else None
+        return self._core.tokenizer
 
     @property
-    def replicas(self) -> tuple[AsyncEngine, ...]:
-        """The engines of each replica with `data_parallel_size` (none without)."""
-        return self._replicas.engines if self._replicas is not None else ()
+    def grammar_cache(self) -> GrammarCache | None:
+        """Compiled grammars (with replicas, replica 0's: each compiles and keeps its own)."""
+        return self._core.grammar_cache
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self._core.scheduler
+
+    @property
+    def pool(self) -> KVPool | None:
+        return self._core.pool
+
+    @property
+    def _worker(self) -> Worker | None:
+        """The worker thread's loop object, for tools that profile or hook it (benchmarks)."""
+        return self._core.worker
 
     # ---- requests ------------------------------------------------------------------------
 
@@ -209,38 +211,10 @@ class AsyncEngine:
         first `__anext__`: errors in the request raise there.
         """
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
-        if self._replicas is not None:  # the replica set's generator itself: no hop per output
-            return self._replicas.generate(
-                prompt, params, request_id=request_id, extra_key=extra_key, options=options
-            )
-        return self._stream(prompt, params, request_id, extra_key, options)
-
-    async def _stream(
-        self,
-        prompt: Prompt,
-        params: SamplingParams | None,
-        request_id: str | None,
-        extra_key: str | None,
-        options: ChatOptions,
-    ) -> AsyncGenerator[RequestOutput, None]:
-        reqs, rewrite = await self._requests(prompt, params, request_id, extra_key, options)
-        assert self._link.loop is not None and self.scheduler is not None
-        stream = Stream(self._link.loop, reqs, self.scheduler.sampling_rows.unread)
-        rid = self._link.submit(reqs, stream, request_id)
-        remaining = len(reqs)
-        try:
-            while remaining:
-                item = stream.take()
-                if item is None:
-                    await stream.arm()
-                    continue
-                if item.finished:
-                    remaining -= 1
-                yield rewrite(item) if rewrite is not None else item
-        finally:
-            self._link.sinks.release(rid, request_id)
-            if remaining:
-                self._link.abort_quietly(rid)
+        # The core's generator itself: no hop per output.
+        return self._core.generate(
+            prompt, params, request_id=request_id, extra_key=extra_key, options=options
+        )
 
     async def complete(
         self,
@@ -261,25 +235,9 @@ class AsyncEngine:
         concurrent requests the event loop stays quiet and the worker keeps the GIL.
         """
         options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
-        if self._replicas is not None:
-            return await self._replicas.complete(
-                prompt, params, request_id=request_id, extra_key=extra_key, options=options
-            )
-        reqs, rewrite = await self._requests(prompt, params, request_id, extra_key, options)
-        for r in reqs:
-            r.stream = False
-        assert self._link.loop is not None
-        collector = Collector(len(reqs), self._link.loop.create_future())
-        rid = self._link.submit(reqs, collector, request_id)
-        try:
-            outs = await collector.done
-        finally:
-            self._link.sinks.release(rid, request_id)
-            if not collector.done.done() or collector.done.cancelled():
-                self._link.abort_quietly(rid)
-        if rewrite is not None:
-            outs = [rewrite(o) for o in outs]
-        return outs[0] if len(outs) == 1 else outs
+        return await self._core.complete(
+            prompt, params, request_id=request_id, extra_key=extra_key, options=options
+        )
 
     async def generate_many(
         self,
@@ -289,87 +247,24 @@ class AsyncEngine:
         progress: bool = False,
     ) -> list[RequestOutput | list[RequestOutput]]:
         """Run many requests concurrently; results in prompt order."""
-        self._check_alive()
+        self._core.check_alive()
         return await complete_many(self.complete, prompts, params, progress)
 
     async def abort(self, request_id: str) -> None:
-        if self._replicas is not None:
-            return await self._replicas.abort(request_id)
-        self._link.abort(request_id)
+        """Abort the live request `request_id` (nothing if there is none)."""
+        await self._core.abort(request_id)
 
     # ---- maintenance (run on the worker thread, between steps) ---------------------------
 
     async def flush_cache(self) -> bool:
         """Empty the radix cache; False (nothing done) while requests are running."""
-        if self._replicas is not None:
-            return await self._replicas.flush_cache()
-        return bool(await self._link.ask(FlushCache))
+        return await self._core.flush_cache()
 
     async def check_integrity(self) -> None:
         """Assert every KV slot is free, in the radix tree, or owned by a running request."""
-        if self._replicas is not None:
-            return await self._replicas.check_integrity()
-        await self._link.ask(CheckIntegrity)
+        await self._core.check_integrity()
 
     async def stats(self) -> dict[str, int | float]:
         """The scheduler's and the worker's counters (sched/stats.py) and the watchdog's stalls;
         with replicas, theirs summed and the router's (replicas/stats.py)."""
-        if self._replicas is not None:
-            return await self._replicas.stats()
-        stats = await self._link.ask(ReadStats)
-        assert isinstance(stats, dict)
-        stats["watchdog_stalls"] = self._link.stalls
-        return stats
-
-    @property
-    def grammar_cache(self) -> GrammarCache | None:
-        if self._replicas is not None:  # replica 0's: each compiles and keeps its own
-            return self._replicas.engines[0].grammar_cache
-        return self._grammars.cache
-
-    # ---- internals -----------------------------------------------------------------------
-
-    def _check_loop(self) -> None:
-        if self._replicas is not None:
-            return self._replicas.check_loop()
-        self._link.check_loop()
-
-    def _check_alive(self) -> None:
-        if self._replicas is not None:
-            return self._replicas.check_alive()
-        self._link.check_alive()
-
-    async def _requests(
-        self,
-        prompt: Prompt,
-        params: SamplingParams | None,
-        request_id: str | None,
-        extra_key: str | None,
-        options: ChatOptions,
-    ) -> tuple[list[Request], ChatRewriter | None]:
-        """A caller's request as validated `Request`s (chat rendered, grammar compiled and
-        attached), and how its chat outputs are parsed; ValueError for anything wrong in it."""
-        params = params or SamplingParams()
-        if is_chat(prompt) and self._parsers is not None:
-            self._check_alive()
-        prompt, params, rewrite = prepare_chat(self.tokenizer, self._parsers, prompt, params, options)
-        spec = params.grammar if isinstance(params, SamplingParams) else None
-        if spec is not None:
-            self._check_alive()
-            if self.tokenizer is None:
-                raise ValueError(f"{spec.kind}: structured output needs a model with a tokenizer")
-        compiled = await self._grammars.compile(params)
-        self._check_alive()
-        assert self.loaded is not None
-        reqs = make_requests(
-            self.loaded,
-            self.context_length,
-            prompt,
-            params,
-            request_id,
-            extra_key,
-            self._link.sinks.new_key,
-            self._arrival,
-        )
-        self._grammars.attach(reqs, compiled)
-        return reqs, rewrite
+        return await self._core.stats()

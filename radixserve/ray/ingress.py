@@ -1,7 +1,8 @@
-"""The ingress of a Ray Serve application: `create_app`'s routes over `ServeEngine`.
+"""The ingress of a Ray Serve application: `create_app`'s routes over an `AsyncEngine` whose
+core is `ServeReplicas`.
 
-`ServeEngine` is `AsyncEngine`'s API over the engine replicas' deployment
-handle, so the app is the very one `radixserve serve` runs (OpenAI-compatible
+`ServeReplicas` is an `EngineCore` (engine.py) over the engine replicas'
+deployment handle, so the app is the very one `radixserve serve` runs (OpenAI-compatible
 and native routes, metrics). It prepares each request as one engine would
 (with the tokenizer the replicas load, whose files one of them sends at start)
 and calls a replica with token ids; Ray Serve's request router (`router.py`)
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
+from radixserve.chat_output import ChatRewriter
 from radixserve.chat_plan import ChatOptions, ChatParsers
 from radixserve.config import EngineConfig
 from radixserve.constrained.cache import GrammarCache
@@ -28,14 +30,13 @@ from radixserve.engine import AsyncEngine
 from radixserve.errors import WRONG_LOOP
 from radixserve.model.tokenizer import load_tokenizer
 from radixserve.outputs import RequestOutput
-from radixserve.prompts import JsonObject, Prompt
+from radixserve.prompts import Prompt
 from radixserve.ray.deltas import DeltaJoiner
 from radixserve.ray.replica import ReplicaInfo
-from radixserve.replicas.prepare import prepare_request
+from radixserve.replicas.prepare import check_ids, prepare_request, rewrite_result
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.app import LOOPBACK_HOSTS, create_app
 from radixserve.server.limits import ServerLimits
-from radixserve.submission import complete_many
 
 MAINTENANCE_TIMEOUT_S = 60.0
 
@@ -51,8 +52,14 @@ class ServerOptions:
     limits: ServerLimits = field(default_factory=ServerLimits)
 
 
-class ServeEngine(AsyncEngine):
-    """`AsyncEngine`'s API over Ray Serve replicas (see the module docstring)."""
+class ServeReplicas:
+    """The `EngineCore` of an `AsyncEngine` over Ray Serve replicas (see the module docstring)."""
+
+    # One engine's parts: the replicas have them, in processes of their own.
+    loaded: None = None
+    scheduler: None = None
+    pool: None = None
+    worker: None = None
 
     def __init__(self, config: EngineConfig, replicas: DeploymentHandle) -> None:
         self.config = config
@@ -62,12 +69,9 @@ class ServeEngine(AsyncEngine):
         self._tokenizer: Any = None
         self._parsers: ChatParsers | None = None
         self._vocab = 0
-        self.loaded = None
-        self.scheduler = None
-        self.pool = None
         self.context_length = 0
 
-    async def start(self) -> ServeEngine:
+    async def start(self) -> None:
         """Learn the model from one replica (its context, vocabulary and tokenizer files)."""
         if self._loop is None:
             info: ReplicaInfo = await self._handle.info.remote()
@@ -80,7 +84,6 @@ class ServeEngine(AsyncEngine):
                 cfg = self.config
                 self._parsers = ChatParsers.resolve(cfg.tool_call_parser, cfg.reasoning_parser, tok)
             self._loop = asyncio.get_running_loop()
-        return self
 
     async def shutdown(self, drain: bool = True) -> None:
         """Nothing to stop here: Ray Serve owns the replicas (`serve.shutdown()`)."""
@@ -105,25 +108,17 @@ class ServeEngine(AsyncEngine):
     def grammar_cache(self) -> GrammarCache | None:
         return None  # each replica compiles and keeps its own
 
-    @property
-    def replicas(self) -> tuple[AsyncEngine, ...]:
-        return ()  # Ray Serve's, in processes of their own
-
     async def generate(
         self,
         prompt: Prompt,
-        params: SamplingParams | None = None,
+        params: SamplingParams | None,
         *,
-        request_id: str | None = None,
-        extra_key: str | None = None,
-        tools: Sequence[JsonObject] | None = None,
-        tool_choice: str | JsonObject | None = None,
-        parallel_tool_calls: bool | None = None,
-        chat_template_kwargs: JsonObject | None = None,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
     ) -> AsyncGenerator[RequestOutput, None]:
-        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
-        self._claim(request_id)
+        self._claim(request_id, extra_key)
         call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
         stream = self._handle.options(stream=True)
         outs = cast(DeploymentResponseGenerator[RequestOutput], stream.generate.remote(**call))
@@ -143,18 +138,14 @@ class ServeEngine(AsyncEngine):
     async def complete(
         self,
         prompt: Prompt,
-        params: SamplingParams | None = None,
+        params: SamplingParams | None,
         *,
-        request_id: str | None = None,
-        extra_key: str | None = None,
-        tools: Sequence[JsonObject] | None = None,
-        tool_choice: str | JsonObject | None = None,
-        parallel_tool_calls: bool | None = None,
-        chat_template_kwargs: JsonObject | None = None,
+        request_id: str | None,
+        extra_key: str | None,
+        options: ChatOptions,
     ) -> RequestOutput | list[RequestOutput]:
-        options = ChatOptions(tools, tool_choice, parallel_tool_calls, chat_template_kwargs)
         ids, params, rewrite = self._prepare(prompt, params or SamplingParams(), options)
-        self._claim(request_id)
+        self._claim(request_id, extra_key)
         call = dict(ids=ids, params=params, request_id=request_id, extra_key=extra_key)
         response = self._handle.complete.remote(**call)
         try:
@@ -165,19 +156,7 @@ class ServeEngine(AsyncEngine):
         finally:
             if request_id is not None:
                 self._live.discard(request_id)
-        if rewrite is None:
-            return result
-        return [rewrite(o) for o in result] if isinstance(result, list) else rewrite(result)
-
-    async def generate_many(
-        self,
-        prompts: Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
-        *,
-        progress: bool = False,
-    ) -> list[RequestOutput | list[RequestOutput]]:
-        self._check_alive()
-        return await complete_many(self.complete, prompts, params, progress)
+        return rewrite_result(rewrite, result)
 
     async def abort(self, request_id: str) -> None:
         """Abort the live request `request_id` on whichever replica runs it."""
@@ -201,47 +180,45 @@ class ServeEngine(AsyncEngine):
         total["replicas"] = len(answers)
         return total
 
+    def check_alive(self) -> None:
+        self._check_loop()
+        if self._loop is None:
+            raise RuntimeError("the engine is not running: `await engine.start()` first")
+
     # ---- internals -----------------------------------------------------------------------
 
     async def _each(self, method: str, *args: object) -> list[Any]:
         """`method` on every running replica, at once."""
-        self._check_alive()
+        self.check_alive()
         calls = self._handle.broadcast(method, *args)
         return await calls.results_async(timeout_s=MAINTENANCE_TIMEOUT_S)
 
-    def _prepare(self, prompt: Prompt, params: SamplingParams, options: ChatOptions) -> Any:
-        self._check_alive()
+    def _prepare(
+        self, prompt: Prompt, params: SamplingParams, options: ChatOptions
+    ) -> tuple[list[int], SamplingParams, ChatRewriter | None]:
+        self.check_alive()
         return prepare_request(
             self._tokenizer, self._parsers, self.context_length, self._vocab, prompt, params, options
         )
 
-    def _claim(self, request_id: str | None) -> None:
-        if request_id is None:
-            return
-        if not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if request_id in self._live:
-            raise ValueError(f"request_id {request_id!r} is already running")
-        self._live.add(request_id)
+    def _claim(self, request_id: str | None, extra_key: str | None) -> None:
+        check_ids(request_id, extra_key, self._live)
+        if request_id is not None:
+            self._live.add(request_id)
 
     def _check_loop(self) -> None:
         if self._loop is not None and asyncio.get_running_loop() is not self._loop:
             raise RuntimeError(WRONG_LOOP)
 
-    def _check_alive(self) -> None:
-        self._check_loop()
-        if self._loop is None:
-            raise RuntimeError("the engine is not running: `await engine.start()` first")
-
 
 class Ingress:
-    """The ingress deployment: `create_app(ServeEngine)` (Ray Serve asks for the app once
-    `__init__` has run: `__serve_build_asgi_app__`)."""
+    """The ingress deployment: `create_app` over an `AsyncEngine` of `ServeReplicas` (Ray Serve
+    asks for the app once `__init__` has run: `__serve_build_asgi_app__`)."""
 
     async def __init__(  # type: ignore[misc]  # Ray Serve awaits it
         self, replicas: DeploymentHandle, config: EngineConfig, server: ServerOptions
     ) -> None:
-        self.engine = await ServeEngine(config, replicas).start()
+        self.engine = await AsyncEngine.over(ServeReplicas(config, replicas)).start()
         self.server = server
 
     def __serve_build_asgi_app__(self) -> Any:  # a FastAPI app

@@ -16,9 +16,14 @@ from radixserve.sampling_params import SamplingParams
 
 
 class Replica(Protocol):
-    config: EngineConfig
-    loaded: LoadedModel | None
-    context_length: int
+    @property
+    def config(self) -> EngineConfig: ...
+
+    @property
+    def loaded(self) -> LoadedModel | None: ...
+
+    @property
+    def context_length(self) -> int: ...
 
     async def start(self) -> object: ...
 

@@ -1,8 +1,8 @@
 """`ReplicaSet`: N engines (replicas) behind one engine's API and a router.
 
-`AsyncEngine(EngineConfig(data_parallel_size=N))` hands every call to one
-(engine.py), so the server, the blocking `Engine` and every other caller take it
-as they take one engine. Each replica is a full engine (made by the factory the
+`AsyncEngine(EngineConfig(data_parallel_size=N))` hands every call to one (its
+core, engine.py's `EngineCore`), so the server, the blocking `Engine` and every
+other caller take it as they take one engine. Each replica is a full engine (made by the factory the
 engine passes in: this layer sits below engine.py) in the same event loop, on
 its own device, with its own worker thread, KV pool and radix cache.
 
@@ -36,7 +36,7 @@ from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
 from radixserve.prompts import Prompt
 from radixserve.replicas.devices import replica_configs
-from radixserve.replicas.prepare import prepare_request
+from radixserve.replicas.prepare import check_ids, prepare_request, rewrite_result
 from radixserve.replicas.replica import Replica
 from radixserve.replicas.router import Placement, Router
 from radixserve.replicas.stats import merge_stats
@@ -48,6 +48,11 @@ E = TypeVar("E", bound=Replica)
 class ReplicaSet(Generic[E]):
     """Replicas behind one engine's API (see the module docstring); `make` builds one engine
     from its config (engine.py passes `AsyncEngine`)."""
+
+    # One engine's parts (`EngineCore`'s): each replica has its own, in `engines`.
+    scheduler: None = None
+    pool: None = None
+    worker: None = None
 
     def __init__(self, config: EngineConfig, make: Callable[[EngineConfig], E]) -> None:
         self.config = config
@@ -178,9 +183,7 @@ class ReplicaSet(Generic[E]):
         finally:
             final = result[0] if isinstance(result, list) else result
             self._release(router, place, request_id, ids, params, final)
-        if rewrite is None:
-            return result
-        return [rewrite(o) for o in result] if isinstance(result, list) else rewrite(result)
+        return rewrite_result(rewrite, result)
 
     async def abort(self, request_id: str) -> None:
         """Abort the live request `request_id` on its replica (nothing if there is none)."""
@@ -233,12 +236,7 @@ class ReplicaSet(Generic[E]):
     def _place(
         self, ids: list[int], params: SamplingParams, request_id: str | None, extra_key: str | None
     ) -> tuple[Router, Placement]:
-        if request_id is not None and not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if extra_key is not None and not isinstance(extra_key, str):
-            raise TypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-        if request_id is not None and request_id in self._owner:
-            raise ValueError(f"request_id {request_id!r} is already running")
+        check_ids(request_id, extra_key, self._owner)
         router = self.router
         assert router is not None
         live = [r.healthy for r in self.engines]

@@ -153,13 +153,19 @@ def test_radixserve_serve_ray_as_a_user_starts_it() -> None:
             proc.wait()
 
 
-def test_serve_engine_answers_every_public_member_of_asyncengine_itself() -> None:
-    """ServeEngine inherits only AsyncEngine's type: one engine's internals would run on state
-    it does not have."""
-    from radixserve.engine import AsyncEngine
-    from radixserve.ray.ingress import ServeEngine
+def test_the_ingress_engine_is_an_asyncengine_over_the_replicas_handle() -> None:
+    """The ingress serves an `AsyncEngine` whose core is `ServeReplicas`: the API is the one
+    engine's, with nothing of one engine's parts, and it takes no request before `start()`."""
+    import asyncio
 
-    inherited = {"__aenter__", "__aexit__"}  # they call start() / shutdown()
-    for name in vars(AsyncEngine):
-        if not name.startswith("_") and name not in inherited:
-            assert name in vars(ServeEngine), f"ServeEngine must define {name}"
+    from radixserve.config import EngineConfig
+    from radixserve.engine import AsyncEngine
+    from radixserve.ray.ingress import ServeReplicas
+
+    config = EngineConfig(model=MODEL)
+    engine = AsyncEngine.over(ServeReplicas(config, replicas=None))  # no handle: never started
+    assert engine.config is config and engine.replicas == ()
+    assert engine.scheduler is None and engine.pool is None and engine.loaded is None
+    assert not engine.healthy and engine.grammar_cache is None
+    with pytest.raises(RuntimeError, match="not running"):
+        asyncio.run(engine.complete("Hello"))

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from radixserve import AsyncEngine, Engine, SamplingParams
+from radixserve.local_engine import LocalEngine
 from radixserve.testing import inject_faults
 
 from .conftest import hf_greedy
@@ -134,7 +135,8 @@ def test_tokenizer_errors_fail_only_that_request(engine: Engine, tokenizer: Any,
     ids = tokenizer.encode("Three colors are")
     ref = hf_greedy(hf_model, ids, 12)
     bad_id = 1234
-    eng = engine.engine
+    eng = engine.engine._core  # the one engine itself: the test swaps what it loaded
+    assert isinstance(eng, LocalEngine)
     assert eng.scheduler is not None and eng.loaded is not None
     real, loaded = eng.scheduler.outputs.tokenizer, eng.loaded
     flaky = _FlakyTokenizer(real, bad_id)
