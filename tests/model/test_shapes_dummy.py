@@ -25,6 +25,9 @@ PUBLISHED = {
     "qwen3-0.6b": 0.596e9,
     "qwen3-30b-a3b": 30.5e9,
     "mixtral-8x7b": 46.7e9,
+    "gemma-2-9b": 9.24e9,
+    "gemma-3-12b": 11.77e9,  # the text model of the published 12.2B (without its 0.42B vision encoder)
+    "phi-4-mini": 3.84e9,
 }
 
 
