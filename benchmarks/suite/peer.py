@@ -1,12 +1,14 @@
-"""The transformers peer on the same weights, given its best: warmed up, batch size swept.
+"""The transformers peer of the same model, given its best: warmed up, batch size swept.
 
-`hf_twin` builds a transformers model holding exactly the engine's dummy
-weights (`checkpoint_views`). `sweep` runs padded `generate` (left padding,
-longest outputs first, each batch run to its longest output with only the
-tokens each request asked for counted) at each batch size, largest first,
-and stops at the first size slower than the one before it (padded decode
-gets cheaper per token as the batch grows, until it does not) or when the
-time budget is spent; what was skipped, and why, is recorded.
+`hf_peer` builds transformers' model of the same config (its own random
+weights: speed does not depend on their values); `hf_twin` gives it exactly
+the engine's dummy weights (`checkpoint_views`) for comparing tokens. `sweep`
+runs padded `generate` (left padding, longest outputs first, each batch run
+to its longest output with only the tokens each request asked for counted)
+at each batch size, largest first, and stops at the first size slower than
+the one before it (padded decode gets cheaper per token as the batch grows,
+until it does not) or when the time budget is spent; what was skipped, and
+why, is recorded.
 """
 
 from __future__ import annotations
@@ -17,21 +19,32 @@ from typing import Any
 
 import torch
 
-from benchmarks.suite.engines import Target, free_memory, load_format
+from benchmarks.suite.engines import Target, free_memory, hf_config, load_format
 from radixserve.model.loader import load_model
 from radixserve.model.weights import checkpoint_views
 
 Req = tuple[list[int], int]
 
 
-def hf_twin(target: Target, spec: str) -> Any:
-    """A transformers model holding exactly the weights of the engine's `spec` (same dtype and device)."""
+def hf_peer(target: Target, spec: str) -> Any:
+    """transformers' model of `spec`'s config with its own random weights (same dtype and device).
+
+    Speed does not depend on the weights' values when generation ignores EOS, and this holds one
+    copy of the weights where `hf_twin` briefly holds two (mixtral-8x7b's 93 GB would not fit).
+    """
     from transformers import AutoModelForCausalLM
 
-    dtype = getattr(torch, target.dtype)
-    loaded = load_model(spec, dtype, target.device, load_format=load_format(spec))
-    with torch.device(target.device):  # real init (buffers like rotary inv_freq), then our weights
-        hf = AutoModelForCausalLM.from_config(loaded.hf_config, dtype=dtype)
+    with torch.device(target.device):  # real init (buffers like rotary inv_freq)
+        hf = AutoModelForCausalLM.from_config(hf_config(spec), dtype=getattr(torch, target.dtype))
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 0
+    return hf.eval()
+
+
+def hf_twin(target: Target, spec: str) -> Any:
+    """`hf_peer` holding exactly the engine's weights of `spec`: for comparing tokens."""
+    loaded = load_model(spec, getattr(torch, target.dtype), target.device, load_format=load_format(spec))
+    hf = hf_peer(target, spec)
     # Checkpoint names (q/k/v of a fused qkv, per-expert tensors) where transformers' modules
     # use them; our own names where they match its modules instead (stacked experts).
     wanted = set(hf.state_dict())
@@ -39,11 +52,9 @@ def hf_twin(target: Target, spec: str) -> Any:
     missing, unexpected = hf.load_state_dict({k: v for k, v in views.items() if k in wanted}, strict=False)
     assert not unexpected, unexpected
     assert all("lm_head" in m for m in missing), missing  # tied: lm_head reads the embedding
-    hf.generation_config.eos_token_id = None
-    hf.generation_config.pad_token_id = 0
     del loaded
     free_memory()
-    return hf.eval()
+    return hf
 
 
 def _sync(device: str) -> None:

@@ -23,7 +23,7 @@ from benchmarks.suite.engines import (
     running_engine,
     stats,
 )
-from benchmarks.suite.peer import hf_twin, sweep
+from benchmarks.suite.peer import hf_peer, sweep
 from radixserve import AsyncEngine
 from radixserve.sched.messages import ProfileWorker
 
@@ -87,7 +87,7 @@ def w1(ctx: Ctx, spec: str) -> None:
         rec("W1", name, "radixserve streaming", f"{metric}_p99_ms", p99)
     rec("W1", name, "workload", "mean_output_len", mean_out, requests=len(reqs))
 
-    hf = hf_twin(t, spec)
+    hf = hf_peer(t, spec)
     res = sweep(hf, sub, list(s.peer_batches), t.device, s.peer_budget_s)
     del hf
     subset = f"first {len(sub)} W1 requests, outputs capped at {s.peer_max_out}"
