@@ -99,14 +99,17 @@ def test_experts_are_stacked_and_route_as_transformers(tmp_path: Path, helpers: 
             assert torch.equal(views[name], f.get_tensor(name)), name
 
 
-@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
-def test_backends_without_softcap_refuse_it_naming_the_field(backend: str) -> None:
+def test_flashinfer_kernels_refuse_softcap_naming_the_field() -> None:
+    """FlashInfer's own kernels (`decode_kernel="flashinfer"`) have no soft-cap; the default
+    "flashinfer" build and "triton" run Triton's, which compute it (tests/runtime/test_windows.py)."""
     from radixserve.cache.kv_pool import KVPool, KVPoolConfig
 
     pool = KVPool(KVPoolConfig(num_layers=2, num_kv_heads=2, head_dim=16, dtype=torch.float32), 8)
     options = AttentionOptions(windows=(8, None), logit_softcap=50.0)
     with pytest.raises(ValueError, match="attn_logit_softcapping=50.0"):
-        make_attention_backend(backend, pool, 4, 2, 16, 0.25, options=options)
+        make_attention_backend(
+            "flashinfer", pool, 4, 2, 16, 0.25, decode_kernel="flashinfer", options=options
+        )
     torch_backend = make_attention_backend("torch", pool, 4, 2, 16, 0.25, options=options)
     assert torch_backend.supports_windows and not torch_backend.supports_cascade
 
@@ -140,19 +143,32 @@ def test_unsupported_options_fail_at_load_naming_the_field(
 def test_a_backend_without_windows_caps_the_context_at_the_window(
     tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Triton has no windows yet: full attention equals windowed attention up to the smallest
-    window, so the engine's context stops there; the torch backend keeps the model's whole one.
-    Gemma 2's soft-cap it cannot compute at all: refused, naming the field."""
+    """Triton and torch compute windows: the engine keeps the model's whole context, and Gemma 2's
+    soft-cap builds. A backend without windows (FlashInfer's kernels, `decode_kernel="flashinfer"`;
+    a stand-in here, on the CPU): full attention equals windowed attention up to the smallest
+    window, so the engine's context stops there."""
     pytest.importorskip("triton")
-    from radixserve import EngineConfig
+    from radixserve import EngineConfig, engine_build
     from radixserve.engine_build import build_parts
+    from radixserve.runtime.attention import TorchAttention
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the backend build on the CPU
     helpers.make_tiny_checkpoint("gemma3", tmp_path / "gemma3")
     base = {"model": str(tmp_path / "gemma3"), "device": "cpu", "kv_cache_tokens": 64}
-    assert build_parts(EngineConfig(**base, attention_backend="triton")).context_length == 8
+    assert build_parts(EngineConfig(**base, attention_backend="triton")).context_length == 512
     assert build_parts(EngineConfig(**base, attention_backend="torch")).context_length == 512
+
+    class NoWindows(TorchAttention):
+        @property
+        def supports_windows(self) -> bool:
+            return False
+
+    def no_windows(name: str, pool: Any, *args: Any, decode_kernel: str, options: Any) -> NoWindows:
+        return NoWindows(pool, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_build, "make_attention_backend", no_windows)
+        assert build_parts(EngineConfig(**base, attention_backend="torch")).context_length == 8
     helpers.make_tiny_checkpoint("gemma2", tmp_path / "gemma2")
     base["model"] = str(tmp_path / "gemma2")
-    with pytest.raises(ValueError, match="attn_logit_softcapping=1.5"):
-        build_parts(EngineConfig(**base, attention_backend="triton"))
+    assert build_parts(EngineConfig(**base, attention_backend="triton")).runner.attn.supports_logit_softcap

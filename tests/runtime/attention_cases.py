@@ -16,7 +16,7 @@ import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
 from radixserve.runtime.attention import make_attention_backend
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.torch_backend import TorchAttention
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch, GraphAttention
@@ -126,10 +126,19 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out64 - ref64).norm() / ref64.norm())
 
 
-def compare(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: ForwardBatch) -> dict[str, float]:
+def compare(
+    case: Case,
+    backend: AttentionBackend,
+    ref_pool: KVPool,
+    batch: ForwardBatch,
+    options: AttentionOptions | None = None,
+    planned: bool = False,
+) -> dict[str, float]:
     """Run every layer through `backend` (on its pool) and the float32 torch
-    reference (on `ref_pool`, a copy of the same starting pool), with fresh
-    q/k/v per layer. Returns the worst output error and pool error."""
+    reference (on `ref_pool`, a copy of the same starting pool; with the model's
+    windows and soft-cap `options`), with fresh q/k/v per layer. `planned`: the
+    backend was planned for `batch` already (a graph state). Returns the worst
+    output error and pool error."""
     scale = case.head_dim**-0.5
     device = ref_pool.config.device
     cfg = KVPoolConfig(case.num_layers, case.num_kv_heads, case.head_dim, torch.float32, device)
@@ -137,8 +146,9 @@ def compare(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: Forw
     for layer in range(case.num_layers):
         ref32.k[layer].copy_(ref_pool.k[layer])
         ref32.v[layer].copy_(ref_pool.v[layer])
-    ref = TorchAttention(ref32, case.num_heads, case.num_kv_heads, case.head_dim, scale)
-    backend.plan(batch)
+    ref = TorchAttention(ref32, case.num_heads, case.num_kv_heads, case.head_dim, scale, options=options)
+    if not planned:
+        backend.plan(batch)
     ref.plan(batch)
     device = batch.kv_indices.device
     worst = {"out": 0.0, "pool": 0.0}

@@ -1,7 +1,8 @@
 """Every Triton kernel case on the CPU, in one interpreter process.
 
 `TRITON_INTERPRET=1 python interpreted_cases.py [seed]` runs the attention cases
-(attention_cases.py, cascade included), the decode-fill cases (step_fill_cases.py) and the
+(attention_cases.py, cascade included), the sliding-window and soft-cap cases
+(window_cases.py), the decode-fill cases (step_fill_cases.py) and the
 fused-MoE cases (moe_cases.py) and prints one JSON
 object. tests/runtime/conftest.py runs it once per session in a subprocess, so that the flag
 (read when triton defines the kernels) never reaches the test process and the interpreter
@@ -18,6 +19,7 @@ import torch
 from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_cases, run_triton_cpu_cases
 from moe_cases import run_moe_cases
 from step_fill_cases import run_step_fill_cases
+from window_cases import run_window_cases
 
 if __name__ == "__main__":
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else int.from_bytes(os.urandom(4), "little")
@@ -30,6 +32,7 @@ if __name__ == "__main__":
         "results": results,
         "cascade": cascade,
         "cascade_graph": graphs,
+        "windows": run_window_cases(),
         "step_fill": run_step_fill_cases(seed),
         "moe": run_moe_cases(seed),
     }

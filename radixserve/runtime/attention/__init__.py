@@ -30,15 +30,30 @@ def _flashinfer_importable() -> bool:
     return True
 
 
-def _check_triton(pool: KVPool) -> None:
+def _check_triton(pool: KVPool, name: str = "triton") -> None:
     if importlib.util.find_spec("triton") is None:
-        raise RuntimeError("the triton attention backend needs the triton package (pip install triton)")
+        raise RuntimeError(f"the {name} attention backend needs the triton package (pip install triton)")
     on_gpu = torch.device(pool.config.device).type == "cuda"
     if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
-            f"the triton attention backend needs a CUDA KV pool (got device {pool.config.device}); "
-            "on the CPU it runs only under TRITON_INTERPRET=1, for tests"
+            f"the {name} attention backend needs a CUDA KV pool (got device {pool.config.device}); "
+            "on the CPU its Triton kernels run only under TRITON_INTERPRET=1, for tests"
         )
+
+
+def _triton_hybrid(
+    pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, options: AttentionOptions
+) -> AttentionBackend:
+    """ "flashinfer" for a model with windows or a soft-cap: our FlashInfer wrappers are given
+    no `window_left` / `logits_soft_cap`, so both halves are Triton's, which compute them; the
+    decode half keeps its CUDA graphs (`TritonDecodeAttention`)."""
+    from radixserve.runtime.attention.hybrid import HybridAttention
+    from radixserve.runtime.attention.triton_backend import TritonAttention
+    from radixserve.runtime.attention.triton_decode_backend import TritonDecodeAttention
+
+    args = (pool, num_heads, num_kv_heads, head_dim, scale)
+    extend = TritonAttention(*args, options=options)
+    return HybridAttention("triton-hybrid", extend, TritonDecodeAttention(*args, options=options))
 
 
 def make_attention_backend(
@@ -57,8 +72,10 @@ def make_attention_backend(
     pool on CUDA, else Triton on a GPU, else the torch reference. Asking for a
     backend that cannot run here raises with the reason. `decode_kernel` picks the
     FlashInfer backend's decode kernel (see `flashinfer_attention`). `options`: the
-    model's windows and soft-cap; a backend without soft-capping refuses a soft-capped
-    model, one without windows ignores them (the engine caps the context instead).
+    model's windows and soft-cap. "torch" and "triton" compute both; "flashinfer" then
+    runs Triton's kernels for both halves (`_triton_hybrid`), unless `decode_kernel` is
+    "flashinfer" (or triton is missing): that keeps FlashInfer's kernels, which refuse a
+    soft-capped model and ignore windows (the engine caps the context instead).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
@@ -73,17 +90,21 @@ def make_attention_backend(
             name = "torch"
     if name == "torch":
         return TorchAttention(*args, options=options)
-    softcap = options.logit_softcap if options is not None else None
-    if softcap is not None:
-        raise ValueError(
-            f"attn_logit_softcapping={softcap}: the {name} attention backend has no logit soft-capping "
-            "yet; attention_backend='torch' computes it"
-        )
+    options = options or AttentionOptions()
     if name == "triton":
         _check_triton(pool)
         from radixserve.runtime.attention.triton_backend import TritonAttention
 
-        return TritonAttention(*args)
+        return TritonAttention(*args, options=options)
+    if not options.plain and decode_kernel != "flashinfer" and importlib.util.find_spec("triton") is not None:
+        _check_triton(pool, name)
+        return _triton_hybrid(*args, options)
+    if options.logit_softcap is not None:
+        raise ValueError(
+            f"attn_logit_softcapping={options.logit_softcap}: FlashInfer's kernels here have no logit "
+            "soft-capping (decode_kernel='flashinfer', or triton missing); attention_backend 'triton' "
+            "or 'torch', or decode_kernel 'auto' / 'triton' compute it"
+        )
     from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
     from radixserve.runtime.attention.flashinfer_plans import import_flashinfer
 

@@ -98,6 +98,20 @@ class AttentionOptions:
     def plain(self) -> bool:
         return self.min_window is None and self.logit_softcap is None
 
+    def layer(self, layer: int) -> LayerOptions:
+        return LayerOptions(self.window(layer), self.logit_softcap)
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """One layer's window and soft-cap, as a kernel call takes them (see `AttentionOptions`)."""
+
+    window: int | None = None
+    softcap: float | None = None
+
+
+PLAIN_LAYER = LayerOptions()
+
 
 class AttentionBackend(ABC):
     name: str = "base"

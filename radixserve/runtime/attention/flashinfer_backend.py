@@ -12,6 +12,10 @@ another on one stream): `FlashInferPlanner` (flashinfer_plans.py) holds it for b
   or "auto" where triton is installed; `FlashInferDecode` (flashinfer_decode.py) with
   `decode_kernel="flashinfer"`. Each brings its own cascade steps and CUDA-graph states.
 
+Our wrappers are given no `window_left` / `logits_soft_cap`: for a model with windows or a
+soft-cap, "flashinfer" builds Triton's halves instead (`_triton_hybrid` in __init__.py) unless
+`decode_kernel="flashinfer"` asks for these.
+
 Written against the `plan` / `run` API shared by flashinfer 0.3.x and 0.7.x (keyword arguments
 after `page_size`).
 """

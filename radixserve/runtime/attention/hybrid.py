@@ -28,6 +28,14 @@ class HybridAttention(AttentionBackend):
         return self.decode.supports_cascade  # cascade steps are decode steps
 
     @property
+    def supports_windows(self) -> bool:
+        return self.extend.supports_windows and self.decode.supports_windows
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        return self.extend.supports_logit_softcap and self.decode.supports_logit_softcap
+
+    @property
     def graph_extend(self) -> bool:
         return self.extend.graph_extend
 

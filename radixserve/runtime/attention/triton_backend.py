@@ -8,6 +8,14 @@ On the CPU the kernels run under `TRITON_INTERPRET=1` (tests only).
 Shared-prefix (cascade) decode steps read each group's prefix once
 (runtime/attention/triton_cascade.py).
 
+Sliding windows and the logit soft-cap (`AttentionOptions`) are computed by
+every kernel here but the cascade's: a windowed or soft-capped model takes no
+cascade steps (`supports_cascade` is False; the engine then forms no groups,
+and a batch that carries some anyway runs as plain decode). Cascade's level 0
+reads a shared prefix once for all rows, which a window (it differs per row,
+counted back from each row's end) would have to cut per row: not worth it for
+the models that have one.
+
 Decode is capturable in a CUDA graph when `decode_splits` is fixed (the grid
 then depends on the batch size alone): the kernels read each request's range
 from `kv_indptr` on the device, so a runner that keeps `kv_indptr`,
@@ -25,7 +33,7 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention import kv_store
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -36,6 +44,14 @@ class TritonAttention(AttentionBackend):
 
     @property
     def supports_cascade(self) -> bool:
+        return self.options.plain  # see the module docstring
+
+    @property
+    def supports_windows(self) -> bool:
+        return True
+
+    @property
+    def supports_logit_softcap(self) -> bool:
         return True
 
     @property
@@ -50,10 +66,14 @@ class TritonAttention(AttentionBackend):
         head_dim: int,
         scale: float,
         decode_splits: int | None = None,
+        options: AttentionOptions | None = None,
     ) -> None:
         """`decode_splits` fixes the split-K factor (e.g. for CUDA graphs,
-        whose grid must not change); None picks it per step from the batch."""
+        whose grid must not change); None picks it per step from the batch.
+        `options`: the model's windows and soft-cap."""
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
+        self.options = options or AttentionOptions()
+        self._layers = [self.options.layer(i) for i in range(pool.config.num_layers)]
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self.decode_splits = decode_splits
@@ -87,7 +107,7 @@ class TritonAttention(AttentionBackend):
         if self._is_decode:
             self._tiling = self._pick_tiling(batch)
         self._cascade = None
-        if self._is_decode and batch.cascade is not None:
+        if self._is_decode and batch.cascade is not None and self.supports_cascade:
             self._cascade = TritonCascadePlan.build(batch, batch.cascade, self._cascade_shape)
 
     def forward(
@@ -97,13 +117,14 @@ class TritonAttention(AttentionBackend):
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type.
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
+        opts = self._layers[layer]
         if batch.graph is not None:  # replayed from a graph: no plan ran
-            out = te.graph_attention(qc, (k_buf, v_buf), batch, self.scale)
+            out = te.graph_attention(qc, (k_buf, v_buf), batch, self.scale, opts)
         elif self._cascade is not None:
             out = self._cascade.run(qc, (k_buf, v_buf))
         elif self._is_decode:
             table = (batch.kv_indptr, batch.kv_indices)
-            out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, self._tiling)
+            out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, self._tiling, opts=opts)
         else:
             out = te.extend_attention(
                 qc,
@@ -116,5 +137,6 @@ class TritonAttention(AttentionBackend):
                 max_extend_len=self._max_extend,
                 block_m=self._block_m,
                 block_n=self._block_n,
+                opts=opts,
             )
         return out if out.dtype == q.dtype else out.to(q.dtype)

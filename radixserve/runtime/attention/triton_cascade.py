@@ -37,6 +37,7 @@ import triton.language as tl
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention import cascade_items as ci
 from radixserve.runtime.attention import triton_kernels as tk
+from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
 from radixserve.runtime.cascade import CascadeGroups
@@ -119,10 +120,12 @@ def _prefix_items_kernel(
             offs_d,
             d_mask,
             sm_scale_log2,
+            1.0,
             m_i,
             l_i,
             acc,
             DOT_PRECISION,
+            False,  # no soft-cap: cascade steps serve plain models only
         )
 
     out, lse = normalized(acc, l_i, m_i)
@@ -281,5 +284,8 @@ class TritonCascadePlan:
         dev = ci.views(to_device(host, torch.int32, device), b, w)
         return TritonCascadePlan((batch.kv_indptr, batch.kv_indices), dev, launch)
 
-    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
+    ) -> torch.Tensor:
+        assert opts == PLAIN_LAYER, "cascade steps serve models without windows or soft-caps"
         return run_levels(q, cache, self.table, self.work, self.launch)

@@ -19,6 +19,7 @@ import torch
 
 from radixserve.host_copy import PinnedStaging
 from radixserve.runtime.attention import cascade_items as ci
+from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.triton_cascade import (
     CascadeLaunch,
     CascadeShape,
@@ -112,7 +113,10 @@ class TritonCascadeGraphState:
         )
         self.staging.upload(work)
 
-    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
+    ) -> torch.Tensor:
+        assert opts == PLAIN_LAYER, "cascade steps serve models without windows or soft-caps"
         s = self.staging
         work = (s.skip[: self.batch_size], s.group_rows, s.items)
         return run_levels(q, cache, (self.kv_indptr, self.kv_indices), work, self.launch)

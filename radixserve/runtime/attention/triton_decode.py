@@ -15,8 +15,10 @@ CUDA-graph decode state is only a pair of static buffers that each replay's
 inputs are copied into, and the split count is fixed per batch size.
 
 `TritonDecode.run(q, cache)` has the call shape of a FlashInfer wrapper's
-`run` (`cache` = the page-size-1 `(k, v)` views), so the backend treats a
-planned `TritonDecode` or `TritonDecodeGraphState` as its active "wrapper".
+`run` (`cache` = the page-size-1 `(k, v)` views) and the layer's window and
+soft-cap, so the backend treats a planned `TritonDecode` or
+`TritonDecodeGraphState` as its active "wrapper". A graph captures each
+layer's call with that layer's options: a layer's are always the same.
 Importing this module does not import triton; the first run does.
 """
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.tiling import DecodeTiling
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -67,8 +70,10 @@ class TritonDecodeGraphState:
     kv_indptr: torch.Tensor  # [bs + 1] int32, device
     kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
 
-    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return _run(q, cache, (self.kv_indptr, self.kv_indices), self.scale, self.tiling)
+    def run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
+    ) -> torch.Tensor:
+        return _run(q, cache, (self.kv_indptr, self.kv_indices), self.scale, self.tiling, opts)
 
 
 class TritonDecode:
@@ -78,7 +83,9 @@ class TritonDecode:
         self.num_kv_heads = num_kv_heads
         self.scale = scale
         self.device = device
-        self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        # On the CPU (the interpreter, tests) one "SM": the split rule still has a value.
+        on_gpu = device.type == "cuda"
+        self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tiling: DecodeTiling | None = None
         self._graph_indices: torch.Tensor | None = None
@@ -87,9 +94,11 @@ class TritonDecode:
         self._table = (batch.kv_indptr, batch.kv_indices)
         self._tiling = decode_tiling(batch.batch_size, self.num_kv_heads, self.num_sms, max(batch.seq_lens))
 
-    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
+    ) -> torch.Tensor:
         assert self._table is not None and self._tiling is not None, "run before plan"
-        return _run(q, cache, self._table, self.scale, self._tiling)
+        return _run(q, cache, self._table, self.scale, self._tiling, opts)
 
     def make_graph_state(self, batch_size: int, max_kv_tokens: int) -> TritonDecodeGraphState:
         """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
@@ -119,7 +128,8 @@ def _run(
     table: tuple[torch.Tensor, torch.Tensor],
     scale: float,
     tiling: DecodeTiling,
+    opts: LayerOptions,
 ) -> torch.Tensor:
     from radixserve.runtime.attention import triton_kernels as tk  # imports triton: only when used
 
-    return tk.decode_attention(q, tk.token_rows(cache), table, scale, tiling)
+    return tk.decode_attention(q, tk.token_rows(cache), table, scale, tiling, opts=opts)

@@ -6,6 +6,10 @@ Shared-prefix (cascade) steps run triton_cascade.py's two levels, eagerly
 (`TritonCascadePlan`) or replayed from their own graphs (`make_cuda_graph_cascade_state`).
 Graph states read only device buffers (`device_planned`): decode graphs build their inputs
 inside the graph (runtime/cuda_graph.py, `run_decode`).
+
+Windows and the logit soft-cap (`AttentionOptions`) go to the split-K kernel per layer, in eager
+steps and graphs alike; cascade steps are for models without either (`supports_cascade`, as in
+triton_backend.py), and a batch that carries groups anyway runs as plain decode.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import torch
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention.base import (
     AttentionBackend,
+    AttentionOptions,
     CascadeGraphState,
     DecodeGraphPlanner,
     DecodeGraphState,
+    LayerOptions,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
 from radixserve.runtime.attention.kv_store_select import pool_writer
@@ -33,14 +39,27 @@ CASCADE_BLOCK_N = 128
 class LayerRun(Protocol):
     """What a planned step runs in every layer: the Triton decode, a cascade plan, a graph state."""
 
-    def run(self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor: ...
+    def run(
+        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions
+    ) -> torch.Tensor: ...
 
 
 class TritonDecodeAttention(AttentionBackend):
     name = "triton-decode"
 
-    def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        options: AttentionOptions | None = None,
+    ) -> None:
+        """`options`: the model's windows and soft-cap."""
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
+        self.options = options or AttentionOptions()
+        self._layers = [self.options.layer(i) for i in range(pool.config.num_layers)]
         from radixserve.runtime.attention import triton_cascade, triton_cascade_graph  # import triton
 
         self.dtype = pool.config.dtype
@@ -62,6 +81,14 @@ class TritonDecodeAttention(AttentionBackend):
 
     @property
     def supports_cascade(self) -> bool:
+        return self.options.plain  # see the module docstring
+
+    @property
+    def supports_windows(self) -> bool:
+        return True
+
+    @property
+    def supports_logit_softcap(self) -> bool:
         return True
 
     @property
@@ -70,13 +97,13 @@ class TritonDecodeAttention(AttentionBackend):
 
     @property
     def cascade_graphs(self) -> bool:
-        return True
+        return self.supports_cascade
 
     def decode_graphs(self) -> DecodeGraphPlanner:
         return self
 
     def plan(self, batch: ForwardBatch) -> None:
-        if batch.cascade is not None:
+        if batch.cascade is not None and self.supports_cascade:
             self._active = self._cascade_build(batch, batch.cascade, self._cascade_shape)
             return
         self._decode.plan(batch)
@@ -91,7 +118,7 @@ class TritonDecodeAttention(AttentionBackend):
         qc = q.to(self.dtype)
         if qc.stride(-1) != 1:  # rows may be strided (a view of the fused qkv): elements must be dense
             qc = qc.contiguous()
-        out = self._active.run(qc, self._caches[layer])
+        out = self._active.run(qc, self._caches[layer], self._layers[layer])
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     # --- CUDA graphs ------------------------------------------------------------------------

@@ -9,6 +9,11 @@ cannot follow the batch's shape, so they pass a tile table instead: one
 exits), which the host fills before each replay (`extend_tiles`). Its grid
 puts a tile's query heads next to each other, so the heads of one K/V head
 read its tiles while they are in L2.
+
+A layer's window and soft-cap are the kernel's HAS_WINDOW / HAS_SOFTCAP switches
+(`triton_softmax.layer_args`): with a window, a block's key loop starts at the
+first key its first row sees, so whole tiles before the window are never read,
+and the mask trims the boundary tile row by row.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
-from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
@@ -45,6 +51,8 @@ def _extend_kernel(
     stride_vh,
     stride_ot,
     stride_oh,
+    window,
+    cap_log2,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -52,11 +60,14 @@ def _extend_kernel(
     BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     TILED: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
 ):
     """One program: request b, query head h, BLOCK_M of its new tokens.
 
     New token i of a request with prefix p sits at position p + i and sees
-    context positions 0..p+i; the key loop stops at the block's last row.
+    context positions 0..p+i (with a window w, only those past p+i-w); the key
+    loop stops at the block's last row and, windowed, starts at its first row's window.
     """
     if TILED:  # grid (heads, tiles): (request, block) from the tile table
         h = tl.program_id(0)
@@ -92,11 +103,16 @@ def _extend_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     end = tl.minimum(kv_len, prefix + (mb + 1) * BLOCK_M)
-    for start in range(0, end, BLOCK_N):
+    begin = 0
+    if HAS_WINDOW:  # the oldest key the block's first row sees; later rows see none older
+        begin = tl.maximum(prefix + mb * BLOCK_M - window + 1, 0)
+    for start in range(begin, end, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         n_mask = offs_n < end
         slots = tl.load(kv_indices + kv_start + offs_n, mask=n_mask, other=0).to(tl.int64)
         visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])  # causal
+        if HAS_WINDOW:
+            visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
         m_i, l_i, acc = attend_tile(
             q,
             K + hk * stride_kh,
@@ -109,10 +125,12 @@ def _extend_kernel(
             offs_d,
             d_mask,
             sm_scale_log2,
+            cap_log2,
             m_i,
             l_i,
             acc,
             DOT_PRECISION,
+            HAS_SOFTCAP,
         )
 
     out, _ = normalized(acc, l_i, m_i)
@@ -138,8 +156,10 @@ def extend_attention(
     num_stages: int = 2,
     tiles: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> torch.Tensor:
-    """Several new tokens per request, causal with each request's prefix.
+    """Several new tokens per request, causal with each request's prefix, with the layer's
+    window and soft-cap `opts`.
 
     q `[T, Hq, D]` (rows by `qo_indptr`) -> `[T, Hq, D]`. `max_extend_len`
     (a host value) sizes the grid; programs past a request's end exit.
@@ -183,6 +203,7 @@ def extend_attention(
         TILED=tiles is not None,
         num_warps=num_warps,
         num_stages=num_stages,
+        **layer_args(opts),
     )
     return out
 
@@ -208,10 +229,15 @@ GRAPH_BLOCK_M = 64
 
 
 def graph_attention(
-    q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch, sm_scale: float
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    batch: ForwardBatch,
+    sm_scale: float,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> torch.Tensor:
     """The attention of a graph-replayed extend step (`batch.graph` set): the decode kernel
-    over the leading rows, then the extend kernel's tiles over the rest, into one output."""
+    over the leading rows, then the extend kernel's tiles over the rest, into one output
+    (both with the layer's `opts`, baked into the graph: a layer's are always the same)."""
     from radixserve.runtime.attention import triton_kernels as tk
 
     g = batch.graph
@@ -220,7 +246,7 @@ def graph_attention(
     d = g.decode_indptr.shape[0] - 1
     if d:  # rows past the decode rows have no keys here; their tiles overwrite them below
         tk.decode_attention(
-            q[:d], kv, (g.decode_indptr, batch.kv_indices), sm_scale, g.decode_tiling, out[:d]
+            q[:d], kv, (g.decode_indptr, batch.kv_indices), sm_scale, g.decode_tiling, out[:d], opts
         )
     return extend_attention(
         q,
@@ -235,4 +261,5 @@ def graph_attention(
         block_n=32 if q.dtype == torch.float32 else 64,  # the tiles' shared memory, as eager steps
         tiles=g.tiles,
         out=out,
+        opts=opts,
     )

@@ -6,9 +6,9 @@ of q; the K/V of those new tokens are already in the pool, so every key is
 gathered through the slot table the same way. Every kernel runs the same
 base-2 online softmax per key tile (`triton_softmax.attend_tile`).
 
-This module holds the decode kernels and the helpers the others share; the
-extend (prefill) kernel is in `triton_extend`, the cascade prefix level in
-`triton_cascade`. Importing either imports triton: only
+This module holds the split-K decode kernel and the helpers the others share;
+its partials' merge is in `triton_reduce`, the extend (prefill) kernel in
+`triton_extend`, the cascade prefix level in `triton_cascade`. Importing either imports triton: only
 `triton_backend` does, and only when the Triton backend is chosen.
 """
 
@@ -18,8 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.tiling import DecodeTiling
-from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
+from radixserve.runtime.attention.triton_reduce import new_partials, reduce_partials
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
+
+__all__ = ["DecodeTiling", "decode_attention", "decode_partials", "new_partials", "reduce_partials"]
 
 
 @triton.jit
@@ -42,6 +46,8 @@ def _decode_split_kernel(
     stride_vh,
     stride_ot,
     stride_oh,
+    window,
+    cap_log2,
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -50,6 +56,8 @@ def _decode_split_kernel(
     NUM_SPLITS: tl.constexpr,
     MID_SPLITS: tl.constexpr,
     HAS_SKIP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: request b, KV head hk, split s of the context.
@@ -61,7 +69,9 @@ def _decode_split_kernel(
     MID_SPLITS partials each (request, head) has in Mid_O / Mid_LSE (cascade
     steps put their shared-prefix partials after the NUM_SPLITS of this kernel, and
     this kernel's split 0 clears those slots to -inf first). With HAS_SKIP, request b's
-    first `Skip[b]` context slots are left out (a cascade step's shared prefix).
+    first `Skip[b]` context slots are left out (a cascade step's shared prefix). With
+    HAS_WINDOW the query (the context's last position) sees its last `window` keys: the splits
+    cut those alone, so older slots are never read. HAS_SOFTCAP: see `attend_tile`.
     """
     b = tl.program_id(0)
     hk = tl.program_id(1)
@@ -72,8 +82,11 @@ def _decode_split_kernel(
         skip = tl.load(Skip + b)
         kv_start += skip
         kv_len -= skip
-    split_len = tl.cdiv(kv_len, NUM_SPLITS)
-    lo = s * split_len
+    first = 0
+    if HAS_WINDOW:  # (never with HAS_SKIP: windowed models take no cascade steps)
+        first = tl.maximum(kv_len - window, 0)
+    split_len = tl.cdiv(kv_len - first, NUM_SPLITS)
+    lo = first + s * split_len
     hi = tl.minimum(lo + split_len, kv_len)
 
     offs_g = tl.arange(0, BLOCK_H)
@@ -106,10 +119,12 @@ def _decode_split_kernel(
             offs_d,
             d_mask,
             sm_scale_log2,
+            cap_log2,
             m_i,
             l_i,
             acc,
             DOT_PRECISION,
+            HAS_SOFTCAP,
         )
 
     out, lse = normalized(acc, l_i, m_i)
@@ -130,40 +145,6 @@ def _decode_split_kernel(
         if s == 0:  # a cascade's level-0 slots, cleared once per (request, head)
             for j in tl.static_range(NUM_SPLITS, MID_SPLITS):
                 tl.store(Mid_LSE + row + j, tl.full([BLOCK_H], float("-inf"), tl.float32), mask=h_mask)
-
-
-@triton.jit
-def _decode_reduce_kernel(
-    Mid_O,
-    Mid_LSE,
-    Out,
-    stride_ot,
-    stride_oh,
-    NUM_HEADS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-):
-    """Merge the splits of (request b, query head h) by their log-sum-exp."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_s = tl.arange(0, BLOCK_S)
-    s_mask = offs_s < NUM_SPLITS
-    offs_d = tl.arange(0, BLOCK_D)
-    d_mask = offs_d < HEAD_DIM
-    row0 = (b * NUM_HEADS + h) * NUM_SPLITS
-    lse = tl.load(Mid_LSE + row0 + offs_s, mask=s_mask, other=float("-inf"))
-    # Split 0 always holds the first token, so the maximum is finite.
-    w = tl.math.exp2(lse - tl.max(lse, 0))
-    used = lse > float("-inf")  # empty splits wrote no output: never read it (0 * garbage)
-    o = tl.load(
-        Mid_O + (row0 + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
-        mask=(s_mask & used)[:, None] & d_mask[None, :],
-        other=0.0,
-    )
-    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-    tl.store(Out + b * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_mask)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -193,10 +174,11 @@ def decode_attention(
     sm_scale: float,
     tiling: DecodeTiling,
     out: torch.Tensor | None = None,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> torch.Tensor:
     """One new token per request: q `[B, Hq, D]` over the layer's pool buffers `kv`
     (`[S, Hkv, D]` each) through `table` (kv_indptr, kv_indices) -> `[B, Hq, D]`
-    (`out`, when given).
+    (`out`, when given), with the layer's window and soft-cap `opts`.
 
     The grid depends on the batch size and `tiling.splits` alone, so the
     launch is capturable in a CUDA graph.
@@ -204,19 +186,10 @@ def decode_attention(
     q = check_qkv(q, *kv)
     out = torch.empty_like(q) if out is None else out
     mid = None if tiling.splits == 1 else new_partials(q, tiling.splits)
-    _launch_decode(q, kv, table, sm_scale, tiling, out, mid)
+    _launch_decode(q, kv, table, sm_scale, tiling, out, mid, opts=opts)
     if mid is not None:
         reduce_partials(mid, out)
     return out
-
-
-def new_partials(q: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Room for `num_splits` partial results per (request, query head): output and log2-sum-exp."""
-    batch, num_heads, head_dim = q.shape
-    block_d = triton.next_power_of_2(head_dim)
-    mid_o = torch.empty((batch, num_heads, num_splits, block_d), dtype=torch.float32, device=q.device)
-    mid_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
-    return mid_o, mid_lse
 
 
 def decode_partials(
@@ -245,7 +218,10 @@ def _launch_decode(
     out: torch.Tensor,
     mid: tuple[torch.Tensor, torch.Tensor] | None,
     skip: torch.Tensor | None = None,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> None:
+    # A window counts back from the whole context's end, which skipping a prefix would move.
+    assert skip is None or opts.window is None, "cascade levels take no window"
     k_pool, v_pool = kv
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_pool.shape[1]
@@ -281,24 +257,5 @@ def _launch_decode(
         HAS_SKIP=skip is not None,
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=tiling.num_warps,
-    )
-
-
-def reduce_partials(mid: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
-    """Merge every (request, head)'s partials by their log-sum-exp into `out` `[B, Hq, D]`;
-    partial 0 must be non-empty (it holds the request's first key)."""
-    mid_o, mid_lse = mid
-    batch, num_heads, splits = mid_lse.shape
-    _decode_reduce_kernel[(batch, num_heads)](
-        mid_o,
-        mid_lse,
-        out,
-        out.stride(0),
-        out.stride(1),
-        NUM_HEADS=num_heads,
-        HEAD_DIM=out.shape[2],
-        BLOCK_D=mid_o.shape[3],
-        NUM_SPLITS=splits,
-        BLOCK_S=triton.next_power_of_2(splits),
-        num_warps=4,
+        **layer_args(opts),
     )

@@ -5,6 +5,10 @@ keep a running max, sum and unnormalised output in float32; `normalized`
 turns them into the output and its log2-sum-exp once the key loop is done.
 The decode, extend and cascade kernels differ only in which queries form the
 tile and which keys each row may see (`visible`).
+
+A layer's soft-cap (`LayerOptions.softcap`) is a `HAS_SOFTCAP` switch and its
+window a `HAS_WINDOW` switch of each kernel (`layer_args`): constexprs, so a
+model without them compiles the kernels it compiled before they existed.
 """
 
 from __future__ import annotations
@@ -12,7 +16,29 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve.runtime.attention.base import LayerOptions
+
 LOG2E = 1.4426950408889634
+TWO_LOG2E = tl.constexpr(2 * LOG2E)
+
+
+def layer_args(opts: LayerOptions) -> dict[str, int | float | bool]:
+    """The window / soft-cap arguments of a kernel launch. The cap goes in the log2 domain the
+    logits are in (`cap * log2(e)`); an unused value is a placeholder the switch leaves unread."""
+    return {
+        "window": opts.window if opts.window is not None else 0,
+        "cap_log2": (opts.softcap if opts.softcap is not None else 1.0) * LOG2E,
+        "HAS_WINDOW": opts.window is not None,
+        "HAS_SOFTCAP": opts.softcap is not None,
+    }
+
+
+@triton.jit
+def soft_capped(x, cap_log2):
+    """`cap * tanh(s / cap)` of log2-domain logits (x = s * log2(e), cap_log2 = cap * log2(e)).
+    tanh through exp2 (tl has no tanh in every version); saturates at +-cap_log2, never NaN."""
+    e = tl.math.exp2(x * (TWO_LOG2E / cap_log2))
+    return cap_log2 * (1.0 - 2.0 / (e + 1.0))
 
 
 @triton.jit
@@ -28,22 +54,28 @@ def attend_tile(
     offs_d,
     d_mask,
     sm_scale_log2,
+    cap_log2,
     m_i,
     l_i,
     acc,
     DOT_PRECISION: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
 ):
     """One key tile of the online softmax, shared by every kernel here: q `[M, D]` against
     the tile's keys (`slots` `[N]`, `n_mask` which exist) at `K_head` / `V_head` (the pool
     pointers offset to the KV head), `visible` `[M, N]` the logits a row may use. Returns
-    the updated running max, sum and (unnormalised) output."""
+    the updated running max, sum and (unnormalised) output. With HAS_SOFTCAP the scaled logits
+    are soft-capped (`soft_capped`) before the mask, as transformers does."""
     k = tl.load(
         K_head + slots[None, :] * stride_kn + offs_d[:, None],
         mask=n_mask[None, :] & d_mask[:, None],
         other=0.0,
     )
     qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-    qk = tl.where(visible, qk * sm_scale_log2, float("-inf"))
+    qk = qk * sm_scale_log2
+    if HAS_SOFTCAP:
+        qk = soft_capped(qk, cap_log2)
+    qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     # A row that sees nothing yet keeps -inf; keep its subtraction finite.
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
