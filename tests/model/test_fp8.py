@@ -190,3 +190,33 @@ def test_moe_router_and_experts_stay_in_model_dtype(tmp_path: Path, helpers: Any
     ids = _prompt(9, seed=1)
     logits = helpers.our_logits(loaded.model, loaded.config, ids, None)
     assert torch.isfinite(logits).all()
+
+
+def test_finegrained_fp8_per_tensor_reads_as_compressed_tensors(tmp_path: Path, helpers: Any) -> None:
+    """transformers' `quant_method: "fp8"` with `weight_block_size: null`: a scalar
+    `weight_scale_inv` per tensor (transformers multiplies by it), the same numbers as the
+    compressed-tensors per-tensor checkpoint."""
+    helpers.make_tiny_checkpoint("llama3-rope", tmp_path / "src")
+    to_compressed_tensors(tmp_path / "src", tmp_path / "ct", "tensor")
+    fg = tmp_path / "fg"
+    fg.mkdir()
+    with safe_open(str(tmp_path / "ct" / "model.safetensors"), framework="pt") as f:
+        tensors = {
+            n.replace(".weight_scale", ".weight_scale_inv"): f.get_tensor(n).reshape(())
+            if n.endswith(".weight_scale")
+            else f.get_tensor(n)
+            for n in f.keys()  # noqa: SIM118
+        }
+    save_file(tensors, str(fg / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((tmp_path / "ct" / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": None,
+    }
+    (fg / "config.json").write_text(json.dumps(config))
+    ct, ours = load_model(str(tmp_path / "ct")), load_model(str(fg))
+    assert ours.quantization == "fp8"
+    ids = _prompt(12, seed=4)
+    want = helpers.our_logits(ct.model, ct.config, ids, torch.arange(12))
+    assert torch.equal(helpers.our_logits(ours.model, ours.config, ids, torch.arange(12)), want)
