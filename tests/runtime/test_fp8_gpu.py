@@ -1,12 +1,11 @@
 """The CUDA FP8 GEMM (`torch._scaled_mm`, runtime/fp8_linear.py) against the CPU reference,
 under CUDA graphs, and a tiny FP8 model through the engine with and without graphs
-(GPU only, compute capability >= 8.9)."""
+(GPU only, compute capability >= 8.9; the CPU side is tests/model/test_fp8*.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -44,9 +43,8 @@ def test_scaled_mm_matches_the_reference(m: int, k: int, n: int, bias: bool) -> 
     assert layer.weight_scale is not None
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen) * 3
     got = scaled_mm_linear(x, layer.weight, layer.weight_scale, layer.bias)
-    want = reference_linear(
-        x.cpu(), layer.weight.cpu(), layer.weight_scale.cpu(), None if not bias else layer.bias.cpu()
-    )
+    cpu_bias = None if layer.bias is None else layer.bias.cpu()
+    want = reference_linear(x.cpu(), layer.weight.cpu(), layer.weight_scale.cpu(), cpu_bias)
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     assert _rel(got.cpu(), want) < 1e-2
     assert torch.equal(layer(x), got)  # Linear's forward takes this path on CUDA
@@ -92,9 +90,34 @@ def _greedy(folder: Path, prompts: list[list[int]], cuda_graph: bool) -> list[li
     return asyncio.run(main())
 
 
-def test_tiny_fp8_model_under_cuda_graphs(tmp_path: Path, helpers: Any) -> None:
+def _tiny_llama(folder: Path) -> None:
+    """A random tiny Llama saved by transformers (every linear dim a multiple of 16)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.1)
+            else:  # norm weights around one
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+    model.save_pretrained(folder)
+
+
+def test_tiny_fp8_model_under_cuda_graphs(tmp_path: Path) -> None:
     """Graph replays run the same kernels as eager steps: the same greedy tokens."""
-    helpers.make_tiny_checkpoint("llama3-rope", tmp_path)
+    _tiny_llama(tmp_path)
     loaded = load_model(str(tmp_path), dtype=torch.bfloat16, device="cuda", quantization="fp8")
     assert loaded.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.float8_e4m3fn
     prompts = [
