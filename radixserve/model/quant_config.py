@@ -99,6 +99,8 @@ def _check_weights(w: object, where: str) -> None:
         )
     if w.get("dynamic"):
         raise UnsupportedQuantizationError(f"{where}.dynamic=true is not supported for weights")
+    if w.get("symmetric") is False:
+        raise UnsupportedQuantizationError(f"{where}.symmetric=false (zero points) is not supported")
 
 
 def _check_activations(a: object, where: str) -> None:

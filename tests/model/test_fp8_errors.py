@@ -70,6 +70,12 @@ def test_engine_config_quantization_is_validated() -> None:
             r"config_groups\.g\.weights\.strategy='block'",
         ),
         (
+            _ct(
+                config_groups={"g": {**_FP8_GROUP, "weights": {**_FP8_GROUP["weights"], "symmetric": False}}}
+            ),
+            r"config_groups\.g\.weights\.symmetric=false",
+        ),
+        (
             _ct(config_groups={"g": {**_FP8_GROUP, "input_activations": None}}),
             r"config_groups\.g\.input_activations=null",
         ),
