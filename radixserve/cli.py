@@ -53,6 +53,9 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--quantization", default=None, choices=["fp8"], help="fp8: FP8 weights, quantized at load"
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens per answer (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
@@ -170,7 +173,9 @@ async def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     from radixserve.config import EngineConfig
     from radixserve.engine import AsyncEngine
 
-    engine = AsyncEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype))
+    engine = AsyncEngine(
+        EngineConfig(model=args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+    )
     async with engine:
         if args.command == "generate":
             return await _generate(engine, args, params)

@@ -14,6 +14,7 @@ import torch
 from radixserve.sched.config import SchedulerConfig
 
 ROUTER_POLICIES = ("cache_aware", "round_robin", "least_loaded")
+QUANTIZATIONS = (None, "fp8")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class EngineConfig:
     load_format: str = "auto"  # "auto" or "dummy" (random weights for a named shape)
     dtype: str = "auto"  # "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16", "float16"
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:1"
+    # "fp8": the decoder layers' linear weights quantized at load to float8_e4m3fn, one scale
+    # per output channel, activations per token (docs/fp8.md; CUDA needs compute capability
+    # >= 8.9, the CPU runs the dequantizing reference). None: weights as the checkpoint stores
+    # them (an FP8 checkpoint loads as FP8 either way).
+    quantization: str | None = None
     overlap: bool = True  # RADIXSERVE_DISABLE_OVERLAP=1 turns it off
     # Prefill tokens per step; long prompts go in chunks of this. None: per device (CPU_CHUNK on
     # the CPU, where a forward of 8192 tokens takes minutes and stalls everyone; GPU_CHUNK on a GPU).
@@ -175,6 +181,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.extend_graph_tokens={self.extend_graph_tokens!r}: must be >= 0")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"EngineConfig.quantization={self.quantization!r}: use None or 'fp8'")
         if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
             raise ValueError(
                 f"EngineConfig.attention_backend={self.attention_backend!r}: "

@@ -43,7 +43,9 @@ def build_parts(cfg: EngineConfig) -> EngineParts:
 
 def _build(cfg: EngineConfig) -> EngineParts:
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
-    loaded = load_model(cfg.model, dtype=dtype, device=device, load_format=cfg.load_format)
+    loaded = load_model(
+        cfg.model, dtype=dtype, device=device, load_format=cfg.load_format, quantization=cfg.quantization
+    )
     use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
     mc = loaded.config
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)

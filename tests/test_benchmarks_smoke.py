@@ -202,6 +202,31 @@ def test_gpu_suite_sections_are_selectable() -> None:
         suite.parse(["--only", "w9"])
 
 
+def test_gpu_suite_quantization_reaches_engines_records_and_bound(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCHMARKS.parent))
+    import importlib
+
+    suite = importlib.import_module("benchmarks.gpu_suite")
+    assert suite.parse([]).quantization is None
+    assert suite.parse(["--quantization", "fp8"]).quantization == "fp8"
+    with pytest.raises(SystemExit):
+        suite.parse(["--quantization", "int4"])
+    engines = importlib.import_module("benchmarks.suite.engines")
+    target = engines.Target("cpu", "float32", "dummy:llama-3.1-8b", "dummy:llama-3.1-8b", quantization="fp8")
+    assert target.config("dummy:llama-3.1-8b").quantization == "fp8"
+    report = importlib.import_module("benchmarks.suite.report")
+    rec = report.Recorder([tmp_path / "r.jsonl"], "cpu", "float32", True, "fp8")
+    rec("W1", "m", "1000/1000", "output_tok_s", 1.0)
+    line = json.loads((tmp_path / "r.jsonl").read_text())
+    assert line["setting"] == "1000/1000 fp8" and line["quantization"] == "fp8"
+    bounds = importlib.import_module("benchmarks.suite.bounds")
+    from radixserve.model.shapes import shape_hf_config
+
+    hf, reqs = shape_hf_config("llama-3.1-8b"), [([1] * 100, 100)] * 8
+    # FP8 linears read half the bytes of bf16 ones; embeddings and lm_head stay bf16.
+    assert 1.4 < bounds.w1_bound(hf, reqs, quantization="fp8") / bounds.w1_bound(hf, reqs) < 2.0
+
+
 def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

@@ -109,6 +109,7 @@ def test_python_m_radixserve_reads_the_prompt_from_stdin(engine: Engine) -> None
         (["generate", "hi", "--temperature", "-1"], 2, "temperature"),
         (["generate", "hi", "--max-tokens", "many"], 2, "--max-tokens"),
         (["chat", "--dtype", "float8"], 2, "--dtype"),
+        (["chat", "--quantization", "int4"], 2, "--quantization"),
         ([], 2, "required"),
     ],
 )

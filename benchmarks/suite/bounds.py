@@ -5,7 +5,9 @@ sparse block, the experts some token picked: `E * (1 - (1 - k/E)^B)` expected fo
 with uniform routing) and the K/V of every running request's context, at the HBM bandwidth.
 W1's requests all start at once, so step s runs the requests whose output is longer than s,
 each with `input + s + 1` tokens of context. Prefill and everything else is left out, so the
-bound is an upper limit. `hbm_tb_s` is the GPU's peak (4.8 TB/s on an H200).
+bound is an upper limit. `hbm_tb_s` is the GPU's peak (4.8 TB/s on an H200). With
+`quantization="fp8"` the linears the engine quantizes count one byte per weight (and four
+per output row of scale); experts, embeddings, norms and lm_head keep `dtype_bytes`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ import torch
 
 from benchmarks.common import Request
 from radixserve.model.config import ModelConfig
+from radixserve.model.fp8 import quantize_model_
 from radixserve.model.registry import resolve_architecture
 
 
-def w1_bound(hf_config: object, reqs: list[Request], dtype_bytes: int = 2, hbm_tb_s: float = 4.8) -> float:
+def w1_bound(
+    hf_config: object,
+    reqs: list[Request],
+    dtype_bytes: int = 2,
+    hbm_tb_s: float = 4.8,
+    quantization: str | None = None,
+) -> float:
     """Output tokens per second if every step took its bytes / bandwidth."""
     _, cls = resolve_architecture(
         getattr(hf_config, "architectures", None), getattr(hf_config, "model_type", None)
@@ -25,13 +34,16 @@ def w1_bound(hf_config: object, reqs: list[Request], dtype_bytes: int = 2, hbm_t
     config = ModelConfig.from_hf(hf_config)
     with torch.device("meta"):
         model = cls(config, dtype=torch.bfloat16)
-    params = sum(p.numel() for p in model.parameters())
+        if quantization is not None:
+            quantize_model_(model)  # on meta tensors: the FP8 layout, no arithmetic
+    sizes = {torch.bfloat16: dtype_bytes, torch.float8_e4m3fn: 1, torch.float32: 4}
+    params_bytes = sum(p.numel() * sizes[p.dtype] for p in model.parameters())
     experts, expert_bytes, top_k = 0, 0, 0
     if config.moe is not None:
         experts, top_k = config.moe.num_experts, config.moe.top_k
         sparse = sum(config.moe.sparse_layers)
         expert_bytes = 3 * config.hidden_size * config.moe.intermediate_size * sparse * dtype_bytes
-    dense_bytes = params * dtype_bytes - experts * expert_bytes
+    dense_bytes = params_bytes - experts * expert_bytes
     kv_per_token = config.num_layers * config.num_kv_heads * config.head_dim * 2 * dtype_bytes
     lengths = [(len(ids), out) for ids, out in reqs]
     seconds, tokens = 0.0, 0

@@ -36,6 +36,9 @@ class Target:
     stream_interval: int = 1  # EngineConfig.stream_interval of every engine (gpu_suite --stream-interval)
     # EngineConfig fields set for every engine of the run (gpu_suite.py --set), to compare settings.
     overrides: tuple[tuple[str, Any], ...] = ()
+    # EngineConfig.quantization of every engine (gpu_suite --quantization fp8). The transformers
+    # twin (peer.py) stays unquantized on the same weights: correctness then measures FP8's drift.
+    quantization: str | None = None
 
     def name(self, spec: str) -> str:
         """The model's name in records: the shape without "dummy:", or the folder's name."""
@@ -48,6 +51,8 @@ class Target:
             base["kv_cache_tokens"] = self.kv_cache_tokens
         if self.stream_interval != 1:
             base["stream_interval"] = self.stream_interval
+        if self.quantization is not None:
+            base["quantization"] = self.quantization
         base.update(self.overrides)
         base.update(kw)
         return EngineConfig(**base)

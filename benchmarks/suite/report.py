@@ -19,7 +19,9 @@ from benchmarks.common import _version, environment, format_table
 
 
 class Recorder:
-    def __init__(self, out_files: list[Path], device: str, dtype: str, quick: bool) -> None:
+    def __init__(
+        self, out_files: list[Path], device: str, dtype: str, quick: bool, quantization: str | None = None
+    ) -> None:
         env = environment()  # taken once, when the run starts
         prov = env["provenance"]
         self.head: dict[str, Any] = {
@@ -37,6 +39,12 @@ class Recorder:
             },
             "quick": quick,
         }
+        # A quantized run's records say so in their setting too ("1000/1000 fp8"), so tables and
+        # comparisons of settings cannot mix them up with the model dtype's.
+        self.setting_suffix = ""
+        if quantization is not None:
+            self.head["quantization"] = quantization
+            self.setting_suffix = quantization
         if "env_commit" in prov:  # a copied tree's stale .git: what the caller says ran
             self.head["env_commit"] = prov["env_commit"]
         self.out_files = out_files
@@ -50,6 +58,7 @@ class Recorder:
         self, workload: str, model: str, setting: str, metric: str, value: float, **extra: Any
     ) -> None:
         now = datetime.datetime.now(datetime.timezone.utc)
+        setting = f"{setting} {self.setting_suffix}".strip()
         rec: dict[str, Any] = {
             "date": now.strftime("%Y-%m-%d"),
             "time": now.isoformat(timespec="seconds"),

@@ -65,15 +65,17 @@ def w1(ctx: Ctx, spec: str) -> None:
         sub_tps = run_offline(engine, loop, sub)
     ctx.w1_tok_s[name] = tps
     mean_out = statistics.fmean(n for _, n in reqs)
-    # The documented bounds where there is one; else the bytes a step reads (suite/bounds.py).
-    computed = None if name in BOUNDS else round(w1_bound(hf_config(spec), reqs))
+    # The documented bounds where there is one (for the model dtype); else the bytes a step
+    # reads (suite/bounds.py), FP8 linears at one byte a weight.
+    documented = name in BOUNDS and t.quantization is None
+    computed = None if documented else round(w1_bound(hf_config(spec), reqs, quantization=t.quantization))
     rec(
         "W1",
         name,
         "radixserve complete()",
         "output_tok_s",
         tps,
-        bound=BOUNDS.get(name, computed),
+        bound=BOUNDS[name] if documented else computed,
         bound_source="BENCHMARKS.md" if computed is None else "suite/bounds.py at 4.8 TB/s",
         target=TARGETS.get(name),
     )

@@ -19,7 +19,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+SAFETENSORS_DTYPES = {
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F8_E4M3": torch.float8_e4m3fn,
+}
 
 
 class PartTarget(Protocol):

@@ -19,6 +19,7 @@ from torch import nn
 
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
+from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, quantize_weight
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 
@@ -59,7 +60,14 @@ class RMSNorm(nn.Module):
 class Linear(nn.Module):
     """`y = x W^T + b`. The unit tensor parallelism will shard: a column-parallel
     linear keeps a slice of the output features, a row-parallel one a slice of
-    the input features and all-reduces."""
+    the input features and all-reduces.
+
+    FP8 (`to_fp8` before a quantized checkpoint fills it, `quantize_fp8_` after a
+    high-precision one did): the weight is float8_e4m3fn with a float32 scale per
+    output row (`weight_scale`), the bias stays in the model dtype, and the forward is
+    runtime/fp8_linear.py's (activations quantized per token)."""
+
+    weight_scale: nn.Parameter | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
         super().__init__()
@@ -67,8 +75,33 @@ class Linear(nn.Module):
         self.out_features = out_features
         self.weight = frozen_param(out_features, in_features, dtype=dtype)
         self.bias = frozen_param(out_features, dtype=dtype) if bias else None
+        self.register_parameter("weight_scale", None)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.weight_scale is not None
+
+    def to_fp8(self) -> None:
+        """Empty FP8 weight and scales of this shape, for a checkpoint's quantized tensors."""
+        device = self.weight.device
+        self.weight = nn.Parameter(
+            torch.empty(self.out_features, self.in_features, dtype=FP8_DTYPE, device=device),
+            requires_grad=False,
+        )
+        self.weight_scale = nn.Parameter(
+            torch.empty(self.out_features, dtype=torch.float32, device=device), requires_grad=False
+        )
+
+    @torch.no_grad()
+    def quantize_fp8_(self) -> None:
+        """Quantize the loaded weight in place: per output channel, absmax / 448."""
+        weight, scale = quantize_weight(self.weight.data)
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.weight_scale = nn.Parameter(scale, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_scale is not None:
+            return fp8_linear(x, self.weight, self.weight_scale, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 

@@ -7,11 +7,17 @@ A spec is one of
 - `smollm2-135m-instruct` (alias `smollm2-135m`): the embedded default;
 - `dummy:<shape>` (or any shape name or folder with `load_format="dummy"`):
   random weights for a named shape from `shapes`, no files needed.
+
+FP8 (model/fp8.py, docs/fp8.md): a folder whose config.json has an FP8
+`quantization_config` loads its FP8 linears as stored; `quantization="fp8"`
+quantizes the decoder layers' linears of any other checkpoint (or dummy weights)
+at load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -25,7 +31,15 @@ from torch import nn
 
 from radixserve.model.config import ModelConfig, plain_hf_config
 from radixserve.model.embedded import EMBEDDED_ALIASES, EmbeddedModelMissingError, embedded_model_dir
+from radixserve.model.fp8 import (
+    QUANTIZATIONS,
+    check_fp8_shapes,
+    prepare_fp8_checkpoint,
+    quantize_model_,
+    require_fp8_device,
+)
 from radixserve.model.gguf_convert import gguf_folder
+from radixserve.model.quant_config import Fp8Checkpoint, read_quantization
 from radixserve.model.registry import resolve_architecture
 from radixserve.model.shapes import SHAPES, shape_hf_config, shape_names
 from radixserve.model.tokenizer import eos_token_ids, load_tokenizer
@@ -47,6 +61,7 @@ class LoadedModel:
     tokenizer: Any | None  # a transformers tokenizer; None for dummy shapes without one
     path: str | None  # the HF folder the weights came from; None for dummy weights
     eos_token_ids: frozenset[int] = frozenset()
+    quantization: str | None = None  # "fp8" when the decoder layers' linears are FP8
 
     @functools.cached_property
     def hf_config(self) -> Any:
@@ -63,7 +78,10 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     load_format: str = "auto",
+    quantization: str | None = None,
 ) -> LoadedModel:
+    """`quantization="fp8"`: FP8 weights for the decoder layers' linears (see model/fp8.py);
+    None: as the checkpoint stores them."""
     spec = os.fspath(spec)
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format {load_format!r} is not one of {', '.join(LOAD_FORMATS)}")
@@ -71,10 +89,22 @@ def load_model(
         raise ValueError(
             f"dtype {dtype} is not supported (use torch.float32, torch.bfloat16 or torch.float16)"
         )
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization {quantization!r} is not supported (use None or 'fp8')")
     device = torch.device(device)
+    if quantization is not None:
+        require_fp8_device(device, dtype)
     if spec.startswith(DUMMY_PREFIX) or (load_format == "dummy" and spec in SHAPES):
-        return _load_dummy_shape(spec.removeprefix(DUMMY_PREFIX), dtype, device)
-    return _load_folder(_resolve_folder(spec, load_format), dtype, device, dummy=load_format == "dummy")
+        loaded = _load_dummy_shape(spec.removeprefix(DUMMY_PREFIX), dtype, device)
+    else:
+        folder = _resolve_folder(spec, load_format)
+        loaded = _load_folder(folder, dtype, device, dummy=load_format == "dummy")
+    if quantization is not None and loaded.quantization is None:
+        # An FP8 checkpoint stays as stored (its ignore list included).
+        quantize_model_(loaded.model)
+        loaded = dataclasses.replace(loaded, quantization=quantization)
+    check_fp8_shapes(loaded.model, device)
+    return loaded
 
 
 def _resolve_folder(spec: str, load_format: str) -> Path:
@@ -142,11 +172,25 @@ def _read_hf_config(folder: Path) -> tuple[Any, Any]:
     return hf_config, hf_config
 
 
+def _checkpoint_quantization(folder: Path) -> Fp8Checkpoint | None:
+    """The FP8 layout config.json declares (refusing other quantized checkpoints), or None."""
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # `_read_hf_config` reports it
+    return read_quantization(raw) if isinstance(raw, dict) else None
+
+
 def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: bool) -> LoadedModel:
     hf_config, hf_source = _read_hf_config(folder)
     cls, config = _model_config(hf_config)
+    quant = None if dummy else _checkpoint_quantization(folder)
     files = None if dummy else checkpoint_files(folder)  # fail on missing files before building
+    if quant is not None:
+        require_fp8_device(device, dtype)
     model = _instantiate(cls, config, dtype, device)
+    if quant is not None and files is not None:
+        prepare_fp8_checkpoint(model, files)
     # The tokenizer loads in a thread while the weights are copied: parsing tokenizer.json
     # holds the GIL, torch's copies release it, so the two overlap only from here on
     # (started before `_instantiate`, it would stall that Python code instead).
@@ -155,7 +199,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
         if files is None:
             init_dummy_weights(model, seed=DUMMY_SEED)
         else:
-            load_checkpoint(model, files, tied=config.tie_word_embeddings)
+            load_checkpoint(model, files, tied=config.tie_word_embeddings, quant=quant)
         tokenizer = pending.result()
     return LoadedModel(
         model=model,
@@ -164,6 +208,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
         tokenizer=tokenizer,
         path=None if dummy else str(folder),
         eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, folder),
+        quantization=None if quant is None else "fp8",
     )
 
 

@@ -28,6 +28,7 @@ from torch import nn
 from radixserve.model.fused_views import fused_views
 from radixserve.model.layers import FusedLinear, RMSNorm
 from radixserve.model.moe import MoEExperts
+from radixserve.model.quant_config import Fp8Checkpoint
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -68,9 +69,12 @@ def iter_checkpoint(files: list[Path]) -> Iterator[tuple[Path, str, torch.Tensor
 
 class _Target:
     """Where one checkpoint tensor goes: a whole parameter, one part's rows of a fused
-    one, or one expert's slice (and rows) of a stacked one."""
+    one, or one expert's slice (and rows) of a stacked one; `module` owns the parameter."""
 
-    def __init__(self, param: nn.Parameter, rows: slice | None, expert: int | None = None) -> None:
+    def __init__(
+        self, module: nn.Module, param: nn.Parameter, rows: slice | None, expert: int | None = None
+    ) -> None:
+        self.module = module
         self.param = param
         self.rows = rows
         self.expert = expert
@@ -90,17 +94,22 @@ def _targets(model: nn.Module) -> dict[str, _Target]:
         hf_mod = ".".join(renames.get(part, part) for part in mod_name.split("."))
         if isinstance(module, MoEExperts):
             for name, p_name, expert, rows in module.checkpoint_parts():
-                targets[f"{hf_mod}.{name}"] = _Target(getattr(module, p_name), rows, expert)
+                targets[f"{hf_mod}.{name}"] = _Target(module, getattr(module, p_name), rows, expert)
             continue
         for p_name, param in module.named_parameters(recurse=False):
             if isinstance(module, FusedLinear) and unpacked:
                 prefix, _, fused = hf_mod.rpartition(".")
                 for part in module.part_sizes:
                     hf_name = f"{prefix}.{unpacked[(fused, part)]}.{p_name}"
-                    targets[hf_name] = _Target(param, module.part_rows(part))
+                    targets[hf_name] = _Target(module, param, module.part_rows(part))
             else:
-                targets[f"{hf_mod}.{p_name}"] = _Target(param, None)
+                targets[f"{hf_mod}.{p_name}"] = _Target(module, param, None)
     return targets
+
+
+def checkpoint_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Checkpoint tensor name -> the module whose parameter it fills."""
+    return {name: t.module for name, t in _targets(model).items()}
 
 
 def checkpoint_views(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -126,17 +135,44 @@ def _one_cpu_thread() -> Iterator[None]:
 
 
 @torch.no_grad()
-def load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
+def load_checkpoint(
+    model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None = None
+) -> None:
+    """Fill `model` from `files`; with `quant`, its FP8 linears (`Linear.to_fp8`) take the
+    checkpoint's FP8 weights and scales (see `_checkpoint_tensors`)."""
     with _one_cpu_thread():
-        _load_checkpoint(model, files, tied)
+        _load_checkpoint(model, files, tied, quant)
 
 
-def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
+def _checkpoint_tensors(
+    files: list[Path], quant: Fp8Checkpoint | None
+) -> Iterator[tuple[Path, str, torch.Tensor]]:
+    """The checkpoint's tensors under our names: an FP8 weight's scale as `weight_scale`
+    of one float32 per output row (a per-tensor scale repeated over them: the rows of a
+    fused projection keep each part's own); static activation scales left out."""
+    for path, name, tensor in iter_checkpoint(files):
+        if quant is None:
+            yield path, name, tensor
+            continue
+        module, _, leaf = name.rpartition(".")
+        if leaf in quant.skipped:
+            continue
+        if leaf == quant.scale_name:
+            name, tensor = f"{module}.weight_scale", _scale_rows(tensor.float())
+        yield path, name, tensor
+
+
+def _scale_rows(scale: torch.Tensor) -> torch.Tensor:
+    """`[out, 1]` as `[out]`; a per-tensor scale (`[]`, `[1]`) as `[1]`, expanded at the copy."""
+    return scale.reshape(-1)
+
+
+def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None) -> None:
     targets = _targets(model)
     # Fused parameters stored in one piece: not copied (stacked experts are).
     in_file = fused_views({n: t for n, t in targets.items() if t.expert is None}, files)
     loaded: set[str] = set()
-    for path, name, tensor in iter_checkpoint(files):
+    for path, name, tensor in _checkpoint_tensors(files, quant):
         if _ignored(name, tied):
             continue
         target = targets.get(name)
@@ -146,6 +182,8 @@ def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool) -> None:
                 f"{type(model).__name__} with this config has no such tensor"
             )
         dst = target.view()
+        if name.endswith(".weight_scale") and tensor.numel() == 1 and dst.dim() == 1:
+            tensor = tensor.expand(dst.shape)  # per tensor -> per row
         if tuple(tensor.shape) != tuple(dst.shape):
             raise WeightLoadError(
                 f"shape mismatch for weight {name!r} in {path}: expected {tuple(dst.shape)}, "

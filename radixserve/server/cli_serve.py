@@ -37,6 +37,9 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument(
+        "--quantization", default=None, choices=["fp8"], help="fp8: FP8 weights, quantized at load"
+    )
+    p.add_argument(
         "--data-parallel-size",
         type=int,
         default=None,
@@ -153,14 +156,17 @@ def serve_command(args: argparse.Namespace, limits: ServerLimits) -> None:
     from radixserve.server.runner import serve
 
     config = EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype, data_parallel_size=args.data_parallel_size
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        data_parallel_size=args.data_parallel_size,
     )
     engine = AsyncEngine(config)
 
     def ready(server: Any, url: str) -> None:
         print(
-            f"radixserve: serving {args.served_model_name or args.model} on {url} "
-            f"(OpenAI API at {url}/v1)",
+            f"radixserve: serving {args.served_model_name or args.model} on {url} (OpenAI API at {url}/v1)",
             file=sys.stderr,
             flush=True,
         )

@@ -1,0 +1,136 @@
+"""A checkpoint's `quantization_config` (config.json): what FP8 layout its tensors have.
+
+Two FP8 layouts load (docs/fp8.md):
+
+- compressed-tensors (`quant_method: "compressed-tensors"`, llm-compressor's output):
+  `format` "float-quantized" or "naive-quantized", every config group with 8-bit
+  float weights scaled per tensor or per channel (`<name>.weight` float8_e4m3fn,
+  `<name>.weight_scale` of shape `[]`, `[1]` or `[out, 1]`) and 8-bit float input
+  activations, dynamic per token or static per tensor (`<name>.input_scale`);
+- transformers' fine-grained FP8 (`quant_method: "fp8"`) with `weight_block_size:
+  null`: one `weight_scale_inv` per tensor (transformers multiplies by it).
+
+Either way the activations run dynamic per token here: a static `input_scale` is
+read past (one calibrated scale per tensor is coarser than a scale per token).
+Everything else is refused at load with a message that names the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+QUANT_METHODS = ("compressed-tensors", "fp8")
+CT_FORMATS = ("float-quantized", "naive-quantized")
+WEIGHT_STRATEGIES = ("tensor", "channel")
+ACTIVATION_STRATEGIES = ("token", "tensor")
+
+_FIELD = "quantization_config"
+
+
+class UnsupportedQuantizationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fp8Checkpoint:
+    """How a checkpoint stores its FP8 linears: the name of each weight's scale tensor
+    and the tensors that are read past."""
+
+    quant_method: str
+    scale_name: str  # "weight_scale" (compressed-tensors) or "weight_scale_inv" (fp8)
+    skipped: tuple[str, ...]  # static activation scales: activations run per token here
+
+
+def read_quantization(raw: Mapping[str, object]) -> Fp8Checkpoint | None:
+    """The FP8 layout config.json's `quantization_config` describes; None without one."""
+    q = raw.get(_FIELD)
+    if q is None:
+        return None
+    if not isinstance(q, Mapping):
+        raise UnsupportedQuantizationError(f"{_FIELD} must be an object, got {q!r}")
+    method = q.get("quant_method")
+    if method == "compressed-tensors":
+        return _compressed_tensors(q)
+    if method == "fp8":
+        return _finegrained(q)
+    raise UnsupportedQuantizationError(
+        f"{_FIELD}.quant_method={method!r} is not supported: FP8 checkpoints load "
+        f"({', '.join(QUANT_METHODS)}); other quantized checkpoints do not"
+    )
+
+
+def _compressed_tensors(q: Mapping[str, object]) -> Fp8Checkpoint:
+    fmt = q.get("format")
+    if fmt not in CT_FORMATS:
+        raise UnsupportedQuantizationError(
+            f"{_FIELD}.format={fmt!r} is not supported (compressed-tensors FP8: {', '.join(CT_FORMATS)})"
+        )
+    kv = q.get("kv_cache_scheme")
+    if kv is not None:
+        raise UnsupportedQuantizationError(
+            f"{_FIELD}.kv_cache_scheme={kv!r}: an FP8 KV cache is not supported yet (FP8 weights are)"
+        )
+    groups = q.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        raise UnsupportedQuantizationError(f"{_FIELD}.config_groups is missing or empty")
+    for name, group in groups.items():
+        where = f"{_FIELD}.config_groups.{name}"
+        if not isinstance(group, Mapping):
+            raise UnsupportedQuantizationError(f"{where} must be an object")
+        _check_weights(group.get("weights"), f"{where}.weights")
+        _check_activations(group.get("input_activations"), f"{where}.input_activations")
+    return Fp8Checkpoint("compressed-tensors", "weight_scale", ("input_scale",))
+
+
+def _check_weights(w: object, where: str) -> None:
+    if not isinstance(w, Mapping):
+        raise UnsupportedQuantizationError(f"{where} is missing: only quantized weights load")
+    if w.get("num_bits") != 8 or w.get("type") != "float":
+        raise UnsupportedQuantizationError(
+            f"{where}: num_bits={w.get('num_bits')!r}, type={w.get('type')!r} is not supported "
+            "(only FP8 weights: num_bits 8, type float)"
+        )
+    strategy = w.get("strategy")
+    if strategy not in WEIGHT_STRATEGIES:
+        raise UnsupportedQuantizationError(
+            f"{where}.strategy={strategy!r} is not supported (FP8 weight scales per "
+            f"{' or per '.join(WEIGHT_STRATEGIES)})"
+        )
+    if w.get("dynamic"):
+        raise UnsupportedQuantizationError(f"{where}.dynamic=true is not supported for weights")
+    if w.get("symmetric") is False:
+        raise UnsupportedQuantizationError(f"{where}.symmetric=false (zero points) is not supported")
+
+
+def _check_activations(a: object, where: str) -> None:
+    if a is None:
+        raise UnsupportedQuantizationError(
+            f"{where}=null (weight-only FP8) is not supported: the FP8 GEMM here quantizes "
+            "activations per token, which such a checkpoint was not made for"
+        )
+    if not isinstance(a, Mapping) or a.get("num_bits") != 8 or a.get("type") != "float":
+        raise UnsupportedQuantizationError(f"{where}: only 8-bit float activations are supported")
+    strategy = a.get("strategy")
+    if strategy not in ACTIVATION_STRATEGIES:
+        raise UnsupportedQuantizationError(
+            f"{where}.strategy={strategy!r} is not supported ({', '.join(ACTIVATION_STRATEGIES)})"
+        )
+
+
+def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
+    # transformers' FineGrainedFP8Config defaults weight_block_size to [128, 128].
+    block = q.get("weight_block_size", [128, 128])
+    if block is not None:
+        raise UnsupportedQuantizationError(
+            f"{_FIELD}.weight_block_size={block!r}: block-wise FP8 scales are not supported "
+            "(per-tensor and per-channel scales are: weight_block_size null, or a "
+            "compressed-tensors checkpoint)"
+        )
+    scheme = q.get("activation_scheme", "dynamic")
+    if scheme not in ("dynamic", "static"):
+        raise UnsupportedQuantizationError(f"{_FIELD}.activation_scheme={scheme!r} is not supported")
+    fmt = q.get("scale_fmt", "float")
+    if fmt != "float":
+        raise UnsupportedQuantizationError(f"{_FIELD}.scale_fmt={fmt!r} is not supported (float)")
+    return Fp8Checkpoint("fp8", "weight_scale_inv", ("activation_scale",))

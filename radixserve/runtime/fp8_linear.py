@@ -1,0 +1,107 @@
+"""The FP8 linear: float8_e4m3fn weights with a float32 scale per output row, activations
+quantized per token as they come.
+
+`y = (q(x) * s_x) (W_q * s_w)^T + b`, where `q(x)` rounds each row of `x` to
+float8_e4m3fn after dividing it by `s_x = absmax(row) / 448` (448: the largest
+e4m3fn value), and `W_q`, `s_w` come from the checkpoint or from `quantize_rows`
+over the weight at load. One function quantizes weights and activations alike,
+so both paths round the same way:
+
+- on CUDA (compute capability >= 8.9) one `torch._scaled_mm` with row-wise scales
+  (`scale_a [M, 1]`, `scale_b [1, N]`) and the bias in its epilogue: no host sync,
+  so CUDA graphs capture it;
+- elsewhere `reference_linear`, the specification of the GPU path: the same
+  quantized activation turned back into floats, the dequantized weight, one float32
+  matmul (what transformers computes with dequantized weights and per-token
+  fake-quantized inputs), cast to the activation's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
+# The least compute capability with FP8 tensor cores (Ada 8.9, Hopper 9.0 and later).
+MIN_CAPABILITY = (8, 9)
+# `_scaled_mm` wants K and N multiples of 16 (the second operand column-major).
+GEMM_ALIGN = 16
+# Row-wise scaled GEMMs write bfloat16 or float16 (float32 only through some cuBLAS versions).
+CUDA_DTYPES = (torch.bfloat16, torch.float16)
+# An all-zero row still gets a finite scale (its values quantize to zero).
+_MIN_AMAX = 1e-12
+
+
+def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float8_e4m3fn values, float32 scales `[..., 1]`) of each row of `t`, so that
+    `values.float() * scales` approximates `t`: scale = absmax(row) / 448, in float32."""
+    amax = t.abs().amax(dim=-1, keepdim=True).float()
+    scale = amax.clamp(min=_MIN_AMAX) / FP8_MAX
+    values = (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return values, scale
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `[N, K]` weight as float8_e4m3fn and its per-output-channel scales `[N]`."""
+    values, scale = quantize_rows(weight)
+    return values, scale.view(-1)
+
+
+def dequantize_weight(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The float32 weight that `weight` (FP8 `[N, K]`) and `scale` (`[N]`) stand for."""
+    return weight.float() * scale.view(-1, 1)
+
+
+def fake_quantize(x: torch.Tensor) -> torch.Tensor:
+    """`x` quantized per row (token) to FP8 and back, in float32."""
+    values, scale = quantize_rows(x)
+    return values.float() * scale
+
+
+def fp8_linear(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`x [..., K]` times an FP8 `weight [N, K]` with per-row `scale [N]`, plus `bias`."""
+    if x.is_cuda:
+        return scaled_mm_linear(x, weight, scale, bias)
+    return reference_linear(x, weight, scale, bias)
+
+
+def reference_linear(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """The CPU path and the GPU path's specification (see the module doc)."""
+    w = dequantize_weight(weight, scale)
+    y = F.linear(fake_quantize(x), w, None if bias is None else bias.float())
+    return y.to(x.dtype)
+
+
+def scaled_mm_linear(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """One row-wise scaled FP8 GEMM (`torch._scaled_mm`): x row-major, the weight's
+    transpose a column-major view of the stored `[N, K]` rows, fp32 scales, the output
+    in x's dtype (bfloat16 or float16 on CUDA; checked at load)."""
+    lead = x.shape[:-1]
+    x_q, x_scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    y = torch._scaled_mm(
+        x_q,
+        weight.t(),
+        scale_a=x_scale,
+        scale_b=scale.view(1, -1),
+        bias=bias,
+        out_dtype=x.dtype,
+    )
+    return y.view(*lead, weight.shape[0])
+
+
+def check_capability(capability: tuple[int, int], device: str) -> None:
+    """Refuse FP8 weights on a GPU without FP8 tensor cores (`torch.cuda.get_device_capability`)."""
+    if tuple(capability) < MIN_CAPABILITY:
+        major, minor = capability
+        raise ValueError(
+            f"quantization='fp8' (FP8 weights) needs a GPU of compute capability >= 8.9 "
+            f"(Ada, Hopper or newer); {device} has {major}.{minor}. Load the model unquantized "
+            "(quantization=None and a bf16 checkpoint) on this GPU"
+        )
