@@ -116,12 +116,23 @@ PLAIN_LAYER = LayerOptions()
 class AttentionBackend(ABC):
     name: str = "base"
 
-    def __init__(self, pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        options: AttentionOptions | None = None,
+    ) -> None:
         self.pool = pool
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale
+        # The model's windows and soft-cap; only backends that compute them are given any.
+        self.options = options or AttentionOptions()
+        self.layer_options = [self.options.layer(i) for i in range(pool.config.num_layers)]
 
     @property
     def supports_cascade(self) -> bool:

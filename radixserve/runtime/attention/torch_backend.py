@@ -28,6 +28,7 @@ _Decode = tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]
 
 class TorchAttention(AttentionBackend):
     name = "torch"
+
     @property
     def supports_cascade(self) -> bool:
         # The cascade path reads each shared prefix whole: no windows, no soft-cap there.
@@ -50,8 +51,7 @@ class TorchAttention(AttentionBackend):
         scale: float,
         options: AttentionOptions | None = None,
     ) -> None:
-        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
-        self.options = options or AttentionOptions()
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host-side offsets, so the per-layer loop slices without device syncs.

@@ -71,9 +71,7 @@ class TritonAttention(AttentionBackend):
         """`decode_splits` fixes the split-K factor (e.g. for CUDA graphs,
         whose grid must not change); None picks it per step from the batch.
         `options`: the model's windows and soft-cap."""
-        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
-        self.options = options or AttentionOptions()
-        self._layers = [self.options.layer(i) for i in range(pool.config.num_layers)]
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self.decode_splits = decode_splits
@@ -117,7 +115,7 @@ class TritonAttention(AttentionBackend):
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type.
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
-        opts = self._layers[layer]
+        opts = self.layer_options[layer]
         if batch.graph is not None:  # replayed from a graph: no plan ran
             out = te.graph_attention(qc, (k_buf, v_buf), batch, self.scale, opts)
         elif self._cascade is not None:

@@ -57,9 +57,7 @@ class TritonDecodeAttention(AttentionBackend):
         options: AttentionOptions | None = None,
     ) -> None:
         """`options`: the model's windows and soft-cap."""
-        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale)
-        self.options = options or AttentionOptions()
-        self._layers = [self.options.layer(i) for i in range(pool.config.num_layers)]
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
         from radixserve.runtime.attention import triton_cascade, triton_cascade_graph  # import triton
 
         self.dtype = pool.config.dtype
@@ -118,7 +116,7 @@ class TritonDecodeAttention(AttentionBackend):
         qc = q.to(self.dtype)
         if qc.stride(-1) != 1:  # rows may be strided (a view of the fused qkv): elements must be dense
             qc = qc.contiguous()
-        out = self._active.run(qc, self._caches[layer], self._layers[layer])
+        out = self._active.run(qc, self._caches[layer], self.layer_options[layer])
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     # --- CUDA graphs ------------------------------------------------------------------------
