@@ -109,7 +109,10 @@ def pages(ctx: Ctx, spec: str) -> None:
             loop.run_until_complete(engine.flush_cache())
             probe.clear()
             dec_tps = run_offline(engine, loop, decode_reqs)
-            steps = probe.decode_steps(dn)
+            # Decode steps of all dn requests; where admission staggered them (a request that
+            # arrived a step late finishes alone), the widest decode steps seen. After the last
+            # prefill only decode steps remain, so this list is never empty.
+            steps = probe.decode_steps(dn) or probe.widest_decode_steps()
             end = stats(engine, loop)
             loop.run_until_complete(engine.check_integrity())
         rec(

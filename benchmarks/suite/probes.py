@@ -137,6 +137,12 @@ class StepProbe:
             if s.decode and (batch_size is None or s.batch_size == batch_size) and id(s) not in pending
         ]
 
+    def widest_decode_steps(self) -> list[Step]:
+        """The processed decode steps of the largest batch size seen (empty if none)."""
+        done = self.decode_steps()
+        widest = max((s.batch_size for s in done), default=0)
+        return [s for s in done if s.batch_size == widest]
+
 
 def _lengths(obj: Any) -> tuple[list[int], list[int]] | None:
     """(extend_lens, prefix_lens) on the host, from a batch or a step input holding one."""
