@@ -1,8 +1,10 @@
 """The fused MoE layer (radixserve/runtime/fused_moe.py) against its weight-read time, per tile choice.
 
 For a model shape's expert sizes (default qwen3-30b-a3b: 128 experts of 768, 8 per token,
-hidden 2048) and decode-sized token counts, times one layer's `fused_moe` (CUDA events, the
-median of `--iters` after a warm-up, routing drawn uniformly) for each tile setting, and the
+hidden 2048) and decode-sized token counts, times one layer's `fused_moe` replayed from a
+CUDA graph as a decode step runs it (CUDA events, the median of `--iters` replays, routing
+drawn uniformly) for each tile setting, each part of the layer (router, align, the two GEMMs,
+activation, the sum over k) at the default tiles, and the
 bound: the bytes of the experts the step touches over the HBM bandwidth (`--tb-s`, 4.8 for an
 H200). Prints a table (best setting per token count last) and writes JSON.
 
@@ -22,22 +24,51 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from radixserve.runtime.fused_moe import Tiles, fused_moe  # noqa: E402
+from radixserve.runtime.fused_moe import Tiles, block_m_for, fused_moe, grouped_gemm  # noqa: E402
 from radixserve.runtime.kernels import TORCH_KERNELS  # noqa: E402
+from radixserve.runtime.moe_align import align  # noqa: E402
+from radixserve.runtime.moe_route import route_topk  # noqa: E402
 
 
 def time_ms(fn, iters: int) -> float:  # type: ignore[no-untyped-def]
-    fn()
+    """Median milliseconds of one call of `fn` replayed from a CUDA graph (as a decode step runs
+    it: no launch gaps), `iters` replays of a graph holding 10 calls."""
+    fn()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    graph.replay()
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        graph.replay()
         b.record()
         torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / 10)
     return statistics.median(times)
+
+
+def breakdown(x, logits, top_k, w13, w2, block_m, iters):  # type: ignore[no-untyped-def]
+    """Milliseconds of each part of one MoE layer (graph-replayed), for the default tiles."""
+    top_idx, top_w = route_topk(logits, top_k, True)
+    al = align(top_idx, w13.shape[0], block_m)
+    h = grouped_gemm(x, w13, al, top_k, a_by_token=True)
+    act = TORCH_KERNELS.silu_and_mul(h)
+    w = top_w.reshape(-1).to(torch.float32)
+    y = grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w)
+    parts = {
+        "route": lambda: route_topk(logits, top_k, True),
+        "align": lambda: align(top_idx, w13.shape[0], block_m),
+        "gemm_gate_up": lambda: grouped_gemm(x, w13, al, top_k, a_by_token=True),
+        "act_and_mul": lambda: TORCH_KERNELS.silu_and_mul(h),
+        "gemm_down": lambda: grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w),
+        "sum_k": lambda: y.view(x.shape[0], top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype),
+    }
+    return {name: time_ms(fn, iters) for name, fn in parts.items()}
 
 
 def main() -> None:
@@ -58,14 +89,19 @@ def main() -> None:
     expert_bytes = (w13[0].numel() + w2[0].numel()) * 2
     rows = []
     settings = [
-        (bm, Tiles(bn, bk, warps, stages))
-        for bm, bn, bk, warps, stages in itertools.product((16, 32, 64), (64, 128), (64, 128), (4, 8), (3, 4))
+        (bm, Tiles(bn, bk, 4, stages))
+        for bm, (bn, bk), stages in itertools.product(
+            (16, 32, 64), ((64, 64), (64, 128), (128, 64), (128, 128)), (3, 4)
+        )
     ]
+    parts = {}
     for t in map(int, args.tokens.split(",")):
         x = torch.randn(t, h, device=dev, dtype=torch.bfloat16)
         top_idx = torch.rand(t, e, device=dev).topk(k, dim=-1).indices
         top_w = torch.full((t, k), 1.0 / k, device=dev, dtype=torch.bfloat16)
         touched = int(torch.unique(top_idx).numel())
+        logits = torch.randn(t, e, device=dev, dtype=torch.bfloat16)
+        parts[t] = breakdown(x, logits, k, w13, w2, block_m_for(t * k, e), args.iters)
         bound_ms = touched * expert_bytes / (args.tb_s * 1e12) * 1e3
         for bm, tiles in settings:
             try:
@@ -93,19 +129,29 @@ def main() -> None:
     default = {
         r["tokens"]: r
         for r in rows
-        if (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == (64, 64, 4, 3)
+        if r["block_m"] == block_m_for(r["tokens"] * k, e)
+        and (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == (64, 64, 4, 3)
     }
-    print("| tokens | setting | ms | bound ms | of bound | default tiles ms |")
-    print("|---|---|---|---|---|---|")
+    print("| tokens | part | ms (default tiles, graph-replayed) |")
+    print("|---|---|---|")
+    for t, ms_of in parts.items():
+        for name, ms in ms_of.items():
+            print(f"| {t} | {name} | {ms:.4f} |")
+        print(f"| {t} | sum of parts | {sum(ms_of.values()):.4f} |")
+    print("| tokens | best setting | ms | bound ms | of bound | default ms | default of bound |")
+    print("|---|---|---|---|---|---|---|")
     for t, r in sorted(best.items()):
-        d = min((x["ms"] for x in default.values() if x["tokens"] == t), default=float("nan"))
+        d = default.get(t)
         setting = (
             f"bm={r['block_m']} bn={r['block_n']} bk={r['block_k']} w={r['num_warps']} s={r['num_stages']}"
         )
-        print(f"| {t} | {setting} | {r['ms']:.3f} | {r['bound_ms']:.3f} | {r['of_bound']:.2f} | {d:.3f} |")
-    (args.out / "fused_moe.json").write_text(
-        json.dumps({"args": {k2: str(v) for k2, v in vars(args).items()}, "rows": rows}, indent=1)
-    )
+        dms = d["ms"] if d else float("nan")
+        print(
+            f"| {t} | {setting} | {r['ms']:.3f} | {r['bound_ms']:.3f} | {r['of_bound']:.2f} "
+            f"| {dms:.3f} | {r['bound_ms'] / dms:.2f} |"
+        )
+    record = {"args": {a: str(v) for a, v in vars(args).items()}, "rows": rows, "parts": parts}
+    (args.out / "fused_moe.json").write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

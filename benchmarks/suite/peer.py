@@ -116,6 +116,10 @@ def sweep(hf: Any, reqs: list[Req], batch_sizes: list[int], device: str, budget_
         if prev is not None and res.tok_s[prev] < max(res.tok_s.values()):
             res.skipped[b] = f"batch {prev} was already slower than batch {res.best}"
             continue
-        res.tok_s[b], res.computed[b] = hf_generate(hf, reqs, b, device)
+        try:
+            res.tok_s[b], res.computed[b] = hf_generate(hf, reqs, b, device)
+        except torch.OutOfMemoryError as err:  # a batch the GPU can't hold: try the smaller ones
+            res.skipped[b] = f"out of memory: {str(err).splitlines()[0][:160]}"
+            torch.cuda.empty_cache()
     res.seconds = time.perf_counter() - t_start
     return res

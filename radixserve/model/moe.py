@@ -91,11 +91,23 @@ class SparseMoE(nn.Module):
         )
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(top-k expert ids, their weights) per token, as transformers' routers compute them."""
+        """(top-k expert ids, their weights) per token, as transformers' routers compute them
+        (on CUDA in one kernel, runtime/moe_route.py)."""
         logits = self.gate(x)
+        if logits.is_cuda:
+            from radixserve.runtime.moe_route import route_topk  # imports triton: CUDA only
+
+            return route_topk(logits, self.moe.top_k, self.moe.renormalize)
+        return self.route_logits(logits, self.moe.top_k, self.moe.renormalize)
+
+    @staticmethod
+    def route_logits(
+        logits: torch.Tensor, top_k: int, renormalize: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference: softmax in float32, top-k, renormalised where asked, cast back."""
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        top_w, top_idx = torch.topk(probs, self.moe.top_k, dim=-1)
-        if self.moe.renormalize:
+        top_w, top_idx = torch.topk(probs, top_k, dim=-1)
+        if renormalize:
             top_w = top_w / top_w.sum(dim=-1, keepdim=True)
         return top_idx, top_w.to(logits.dtype)
 

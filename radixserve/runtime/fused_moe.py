@@ -1,10 +1,11 @@
 """Mixture-of-experts feed-forward on the GPU: two grouped GEMMs over tokens sorted by expert.
 
 Each token picked `k` experts, so a step has `P = T * k` (token, expert) pairs.
-`align` sorts the pairs by expert and pads each expert's run to a multiple of
-`BLOCK_M`, so that every block of `BLOCK_M` sorted pairs belongs to one
-expert; `grouped_gemm` then runs one program per (block, column tile), which
-reads that expert's weight tile once for all the block's pairs. The first GEMM
+`align` (runtime/moe_align.py, one kernel) sorts the pairs by expert and pads
+each expert's run to a multiple of `BLOCK_M`, so that every block of `BLOCK_M`
+sorted pairs belongs to one expert; `grouped_gemm` then runs one program per
+(block, column tile), which reads that expert's weight tile once for all the
+block's pairs. The first GEMM
 reads the tokens' hidden states (`pair // k`) through `gate_up_proj [E, 2I, H]`,
 the activation-and-mul is the model's own kernel, and the second GEMM reads
 each pair's row through `down_proj [E, H, I]` and scales it by the pair's
@@ -26,37 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-
-@dataclass(frozen=True)
-class Alignment:
-    """The pairs sorted by expert, each expert's run padded to a multiple of `block_m`."""
-
-    sorted_pairs: torch.Tensor  # [bound] int64: pair ids (token * k + slot); `num_pairs` = padding
-    block_expert: torch.Tensor  # [bound / block_m] int64: the expert of each block
-    padded_total: torch.Tensor  # [1] int64: where the padded layout really ends (on the device)
-    block_m: int
-    num_pairs: int
-
-
-def align(top_idx: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
-    """Sort `top_idx [T, k]`'s pairs by expert (stable: pairs of one expert keep token order)."""
-    flat = top_idx.reshape(-1).to(torch.int64)
-    pairs = flat.numel()
-    device = flat.device
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=device)
-    counts.scatter_add_(0, flat, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    padded_end = torch.cumsum(padded, 0)
-    order = torch.argsort(flat, stable=True)
-    expert_of = flat[order]
-    rank = torch.arange(pairs, device=device) - (torch.cumsum(counts, 0) - counts)[expert_of]
-    bound = pairs + num_experts * (block_m - 1)
-    bound = (bound + block_m - 1) // block_m * block_m
-    sorted_pairs = torch.full((bound,), pairs, dtype=torch.int64, device=device)
-    sorted_pairs.scatter_(0, (padded_end - padded)[expert_of] + rank, order)
-    starts = torch.arange(0, bound, block_m, device=device)
-    block_expert = torch.searchsorted(padded_end, starts, right=True).clamp_(max=num_experts - 1)
-    return Alignment(sorted_pairs, block_expert, padded_end[-1:], block_m, pairs)
+from radixserve.runtime.moe_align import Alignment, align
 
 
 @triton.jit

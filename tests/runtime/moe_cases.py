@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from radixserve.model.moe import MoEExperts
+from radixserve.model.moe import MoEExperts, SparseMoE
 from radixserve.model.options import MoEConfig
-from radixserve.runtime.fused_moe import align, fused_moe
+from radixserve.runtime.fused_moe import fused_moe
 from radixserve.runtime.kernels import TORCH_KERNELS
+from radixserve.runtime.moe_align import align
+from radixserve.runtime.moe_route import route_topk
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ CASES = [
     MoECase("skewed_runs", 40, 32, 3, 64, 48, skewed=True),
     MoECase("odd_sizes", 9, 6, 2, 80, 40),
     MoECase("long_runs", 200, 4, 2, 64, 32),  # 100 pairs per expert: 64-row blocks
+    MoECase("many_pairs", 300, 16, 4, 32, 16),  # 1,200 pairs, 90 blocks: the align loops go round
 ]
 
 
@@ -96,4 +99,32 @@ def run_moe_cases(seed: int = 0, device: str = "cpu") -> dict[str, dict[str, flo
             "rel_err": float((got - want).abs().max()) / scale,
             "aligned": all(_alignment_ok(top_idx, case.experts, m) for m in (16, 32)),
         }
+    return out
+
+
+ROUTE_CASES = [  # (name, tokens, experts, top_k, renormalize): Qwen3-MoE, Mixtral, Qwen2-MoE shapes
+    ("qwen3_moe", 37, 128, 8, True),
+    ("mixtral", 5, 8, 2, True),
+    ("not_renormalized", 20, 60, 4, False),
+    ("one_token", 1, 16, 4, True),
+]
+
+
+def run_route_cases(seed: int = 0, device: str = "cpu") -> dict[str, dict[str, float | bool]]:
+    """`route_topk` against `SparseMoE.route` (transformers' router: softmax, topk, renormalise).
+
+    Per case: whether the ids agree (as sets per token: torch.topk's order among equal values
+    is its own) and the largest weight difference, ids matched."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    out: dict[str, dict[str, float | bool]] = {}
+    for name, tokens, experts, top_k, renorm in ROUTE_CASES:
+        gen = torch.Generator().manual_seed(seed)
+        logits = (torch.randn(tokens, experts, generator=gen) * 3).to(device, dtype)
+        want_i, want_w = SparseMoE.route_logits(logits, top_k, renorm)
+        got_i, got_w = route_topk(logits, top_k, renorm)
+        want = {(t, int(i)): float(w) for t in range(tokens) for i, w in zip(want_i[t], want_w[t])}
+        got = {(t, int(i)): float(w) for t in range(tokens) for i, w in zip(got_i[t], got_w[t])}
+        same = want.keys() == got.keys()
+        err = max(abs(want[key] - got[key]) for key in want) if same else float("inf")
+        out[name] = {"same_experts": same, "max_err": err}
     return out
