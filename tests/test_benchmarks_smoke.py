@@ -356,3 +356,16 @@ def test_results_cited_in_the_docs_exist() -> None:
                 if not (results / m.group(1)).is_dir():
                     missing.append(f"{doc.name}: {m.group(1)}/")
     assert not missing, missing
+
+
+def test_correctness_on_a_shape_cut_to_its_first_layers(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    from benchmarks.suite.correctness import truncated
+
+    folder = truncated("dummy:gemma-3-12b", 8, tmp_path)
+    cfg = AutoConfig.from_pretrained(folder)
+    assert Path(folder).name == "gemma-3-12b-8-layers"
+    assert cfg.num_hidden_layers == 8 and len(cfg.layer_types) == 8
+    assert cfg.layer_types[5] == "full_attention" and cfg.layer_types[6] == "sliding_attention"
+    assert truncated("dummy:qwen2.5-0.5b", 100, tmp_path) == "dummy:qwen2.5-0.5b"  # no cut to make

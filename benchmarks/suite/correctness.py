@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.suite.context import Ctx
-from benchmarks.suite.engines import greedy, one, running_engine
+from benchmarks.suite.engines import greedy, hf_config, one, running_engine
 from benchmarks.suite.peer import hf_twin
 
 
@@ -78,4 +78,21 @@ def tiny_checkpoint(folder: Path) -> str:
         max_position_embeddings=2048,
     )
     LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    return str(folder)
+
+
+def truncated(spec: str, layers: int, root: Path) -> str:
+    """A config-only folder of `spec`'s shape cut to its first `layers` layers (random weights).
+
+    For models whose float32 transformers twin does not fit the GPU beside nothing else
+    (mixtral-8x7b: 188 GB): every kind of layer the shape has still runs, and its name in
+    the records says how many layers ("mixtral-8x7b-8-layers")."""
+    cfg = hf_config(spec)
+    if layers >= cfg.num_hidden_layers:
+        return spec
+    cfg.num_hidden_layers = layers
+    if isinstance(getattr(cfg, "layer_types", None), list):  # per-layer lists follow the cut
+        cfg.layer_types = cfg.layer_types[:layers]
+    folder = root / f"{spec.removeprefix('dummy:')}-{layers}-layers"
+    cfg.save_pretrained(folder)
     return str(folder)
