@@ -18,6 +18,7 @@ import itertools
 import json
 import statistics
 import sys
+from dataclasses import astuple
 from pathlib import Path
 
 import torch
@@ -130,7 +131,7 @@ def main() -> None:
         r["tokens"]: r
         for r in rows
         if r["block_m"] == block_m_for(r["tokens"] * k, e)
-        and (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == (64, 64, 4, 3)
+        and (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == astuple(Tiles())
     }
     print("| tokens | part | ms (default tiles, graph-replayed) |")
     print("|---|---|---|")
