@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from radixserve.cache.kv_quant import KVScales
 from radixserve.model.config import ModelConfig, plain_hf_config
 from radixserve.model.embedded import EMBEDDED_ALIASES, EmbeddedModelMissingError, embedded_model_dir
 from radixserve.model.fp8 import (
@@ -62,6 +63,9 @@ class LoadedModel:
     path: str | None  # the HF folder the weights came from; None for dummy weights
     eos_token_ids: frozenset[int] = frozenset()
     quantization: str | None = None  # "fp8" when the decoder layers' linears are FP8
+    # The checkpoint's per-layer K/V cache scales (`self_attn.k_scale` / `v_scale`), used by an
+    # FP8 KV cache (`EngineConfig.kv_cache_dtype`); None: the checkpoint has none (1.0).
+    kv_scales: KVScales | None = None
 
     @functools.cached_property
     def hf_config(self) -> Any:
