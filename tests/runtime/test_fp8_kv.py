@@ -16,7 +16,7 @@ from radixserve.runtime.attention.torch_backend import TorchAttention
 
 sys.path.insert(0, str(Path(__file__).parent))
 from attention_cases import Case  # noqa: E402
-from fp8_kv_cases import FP8_CASCADE, FP8_CASES, run_fp8_cases  # noqa: E402
+from fp8_kv_cases import FP8_CASES, run_fp8_cases  # noqa: E402
 
 FP32_TOL = 1e-4
 FP16_TOL = 2e-3
@@ -94,6 +94,3 @@ def test_triton_fp8_interpreted_matches_fake_quantized_reference(triton_cpu_resu
     assert got["out"] < _tol(name), (name, got, triton_cpu_results["seed"])
     assert got["pool"] == 0.0, (name, got, triton_cpu_results["seed"])
 
-
-def test_cascade_case_is_a_cascade() -> None:
-    assert FP8_CASCADE in __import__("attention_cases").CASCADE_CASES
