@@ -200,10 +200,13 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     # (started before `_instantiate`, it would stall that Python code instead).
     with ThreadPoolExecutor(1, thread_name_prefix="radixserve-tokenizer") as pool:
         pending = pool.submit(load_tokenizer, folder)
+        kv_scales = None
         if files is None:
             init_dummy_weights(model, seed=DUMMY_SEED)
         else:
-            load_checkpoint(model, files, tied=config.tie_word_embeddings, quant=quant)
+            kv_scales = load_checkpoint(
+                model, files, tied=config.tie_word_embeddings, quant=quant, num_layers=config.num_layers
+            )
         tokenizer = pending.result()
     return LoadedModel(
         model=model,
@@ -213,6 +216,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
         path=None if dummy else str(folder),
         eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, folder),
         quantization=None if quant is None else "fp8",
+        kv_scales=kv_scales,
     )
 
 
