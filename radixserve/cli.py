@@ -180,7 +180,11 @@ async def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     from radixserve.engine import AsyncEngine
 
     engine = AsyncEngine(
-        EngineConfig(model=args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
+        EngineConfig(
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            quantization=args.quantization,
             kv_cache_dtype=args.kv_cache_dtype,
         )
     )

@@ -193,7 +193,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.quantization={self.quantization!r}: use None or 'fp8'")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
-                f"EngineConfig.kv_cache_dtype={self.kv_cache_dtype!r}: use {' or '.join(map(repr, KV_CACHE_DTYPES))}"
+                f"EngineConfig.kv_cache_dtype={self.kv_cache_dtype!r}: "
+                f"use {' or '.join(map(repr, KV_CACHE_DTYPES))}"
             )
         if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
             raise ValueError(

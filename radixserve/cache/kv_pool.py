@@ -16,9 +16,8 @@ may read slots nothing wrote.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import torch
 

@@ -38,7 +38,9 @@ class KVScaleReader:
         if m is None or which is None:
             return False
         if tensor.numel() != 1:
-            raise ValueError(f"KV cache scale {name!r} has shape {tuple(tensor.shape)}: one per tensor is supported")
+            raise ValueError(
+                f"KV cache scale {name!r} has shape {tuple(tensor.shape)}: one per tensor is supported"
+            )
         value = float(tensor.float().reshape(()))
         if not value > 0 or value == float("inf"):
             raise ValueError(f"KV cache scale {name!r} is {value}: must be finite and > 0")
@@ -55,4 +57,6 @@ class KVScaleReader:
             missing = sorted(layers - set(got))
             if missing:
                 raise ValueError(f"the checkpoint's KV cache scales lack {which} for layers {missing[:8]}")
-        return KVScales(tuple(k[i] for i in range(self.num_layers)), tuple(v[i] for i in range(self.num_layers)))
+        return KVScales(
+            tuple(k[i] for i in range(self.num_layers)), tuple(v[i] for i in range(self.num_layers))
+        )

@@ -82,7 +82,10 @@ def test_fp8_kv_cache_holds_twice_the_tokens_of_bf16_in_the_same_memory() -> Non
         cfg = engine_config(dtype="bfloat16", kv_cache_bytes=64 << 20, kv_cache_dtype=kv_cache_dtype)
         async with AsyncEngine(cfg) as engine:
             stats = await engine.stats()
-            assert engine.pool is not None and engine.pool.nbytes <= (64 << 20) + engine.pool.config.bytes_per_slot
+            assert (
+                engine.pool is not None
+                and engine.pool.nbytes <= (64 << 20) + engine.pool.config.bytes_per_slot
+            )
             await engine.check_integrity()
             return int(stats["total_slots"])
 

@@ -38,7 +38,9 @@ def fp8_pools(pool: KVPool, case: Case) -> tuple[KVPool, KVPool]:
     scales = (K_SCALES[: c.num_layers], V_SCALES[: c.num_layers])
     fcfg = replace(c, dtype=FP8_KV_DTYPE, compute_dtype=case.dtype, k_scales=scales[0], v_scales=scales[1])
     fp8 = KVPool(fcfg, pool.num_slots)
-    ref = KVPool(KVPoolConfig(c.num_layers, c.num_kv_heads, c.head_dim, torch.float32, c.device), pool.num_slots)
+    ref = KVPool(
+        KVPoolConfig(c.num_layers, c.num_kv_heads, c.head_dim, torch.float32, c.device), pool.num_slots
+    )
     for layer in range(c.num_layers):
         for src, dst, rdst, s in (
             (pool.k, fp8.k, ref.k, fcfg.k_scale(layer)),
@@ -49,7 +51,9 @@ def fp8_pools(pool: KVPool, case: Case) -> tuple[KVPool, KVPool]:
     return fp8, ref
 
 
-def compare_fp8(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: ForwardBatch) -> dict[str, float]:
+def compare_fp8(
+    case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: ForwardBatch
+) -> dict[str, float]:
     """Every layer through `backend` (over its FP8 pool) and the float32 torch reference over
     `ref_pool` (the same K/V dequantized) with the step's new K/V fake-quantized. Returns the
     worst output error and the worst error of the pool read back (0.0: stored as `quantize`)."""
@@ -67,7 +71,9 @@ def compare_fp8(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: 
         k = (torch.randn(n, case.num_kv_heads, case.head_dim, device=device) * SPREAD).to(case.dtype)
         v = (torch.randn(n, case.num_kv_heads, case.head_dim, device=device) * SPREAD).to(case.dtype)
         out = backend.forward(q, k, v, layer, batch)
-        expect = ref.forward(q.float(), fake_quantize(k.float(), ks), fake_quantize(v.float(), vs), layer, batch)
+        expect = ref.forward(
+            q.float(), fake_quantize(k.float(), ks), fake_quantize(v.float(), vs), layer, batch
+        )
         assert out.shape == q.shape and out.dtype == q.dtype
         worst["out"] = max(worst["out"], rel_err(out, expect))
         got_k = dequantize(backend.pool.k[layer], ks, torch.float32)
@@ -77,7 +83,9 @@ def compare_fp8(case: Case, backend: AttentionBackend, ref_pool: KVPool, batch: 
     return worst
 
 
-def run_fp8_cases(make: MakeBackend, device: str, cases: list[Case] = FP8_CASES) -> dict[str, dict[str, float]]:
+def run_fp8_cases(
+    make: MakeBackend, device: str, cases: list[Case] = FP8_CASES
+) -> dict[str, dict[str, float]]:
     """Each case (and the cascade layout) through `make(fp8_pool, case)`'s backend."""
     results: dict[str, dict[str, float]] = {}
     for case in cases:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
-from radixserve.cache.kv_quant import FP8_KV_DTYPE, FP8_MAX, dequantize, fake_quantize, quantize
+from radixserve.cache.kv_quant import FP8_KV_DTYPE, dequantize, fake_quantize, quantize
 from radixserve.runtime.attention.torch_backend import TorchAttention
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -93,4 +93,3 @@ def test_triton_fp8_interpreted_matches_fake_quantized_reference(triton_cpu_resu
     got = triton_cpu_results["fp8_kv"][name]
     assert got["out"] < _tol(name), (name, got, triton_cpu_results["seed"])
     assert got["pool"] == 0.0, (name, got, triton_cpu_results["seed"])
-

@@ -153,7 +153,8 @@ class FlashInferPlanner:
         slot.guard.after_plan()
 
     def query(self, q: torch.Tensor) -> torch.Tensor:
-        """`q` in the attention dtype (the cache's, or the model's over an FP8 cache), element-dense. Rows may be strided (q is a view of the fused
-        qkv output): the kernels take a row and a head stride, so only the element must be dense."""
+        """`q` in the attention dtype (the cache's; the model's over an FP8 cache), element-dense.
+        Rows may be strided (q is a view of the fused qkv output): the kernels take a row and a
+        head stride, so only the element must be dense."""
         qc = q.to(self.dtype)
         return qc if qc.stride(-1) == 1 else qc.contiguous()

@@ -93,9 +93,7 @@ class TorchAttention(AttentionBackend):
             q_rows = torch.tensor([self._qo[i] for i in rows], device=device)
         return q_rows, batch.kv_indices.long()[idx], valid, lens
 
-    def _batched_decode(
-        self, q: torch.Tensor, layer: int, gqa: bool, window: int | None
-    ) -> torch.Tensor:
+    def _batched_decode(self, q: torch.Tensor, layer: int, gqa: bool, window: int | None) -> torch.Tensor:
         assert self._decode is not None
         q_rows, slots, valid, lens = self._decode
         if window not in self._decode_masks:
@@ -119,9 +117,7 @@ class TorchAttention(AttentionBackend):
             self._masks[key] = None if sees_all else causal_mask(prefix, extend, window, device)
         return self._masks[key]
 
-    def _read(
-        self, layer: int, slots: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _read(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's K and V at `slots` in `dtype` (an FP8 pool's dequantized: kv_quant.py)."""
         c = self.pool.config
         k = dequantize(self.pool.k[layer][slots], c.k_scale(layer), dtype)
@@ -134,7 +130,9 @@ class TorchAttention(AttentionBackend):
         gqa = self.num_heads != self.num_kv_heads
         window = self.options.window(layer)
         if self._cascade is not None:
-            return cascade_forward(q, self._cascade, self.scale, lambda s: self._read(layer, s, torch.float32))
+            return cascade_forward(
+                q, self._cascade, self.scale, lambda s: self._read(layer, s, torch.float32)
+            )
         if self._decode is not None and self._decode[0] is None:  # a decode step
             return self._batched_decode(q, layer, gqa, window)
         out = torch.empty_like(q)
