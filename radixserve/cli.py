@@ -56,6 +56,12 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quantization", default=None, choices=["fp8"], help="fp8: FP8 weights, quantized at load"
     )
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8_e4m3"],
+        help="fp8_e4m3: an FP8 KV cache, twice the tokens in the same memory (auto: the model dtype)",
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens per answer (default 256)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
@@ -174,7 +180,13 @@ async def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     from radixserve.engine import AsyncEngine
 
     engine = AsyncEngine(
-        EngineConfig(model=args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+        EngineConfig(
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            quantization=args.quantization,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
     )
     async with engine:
         if args.command == "generate":

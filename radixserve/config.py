@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import torch
 
@@ -15,6 +16,8 @@ from radixserve.sched.config import SchedulerConfig
 
 ROUTER_POLICIES = ("cache_aware", "round_robin", "least_loaded")
 QUANTIZATIONS = (None, "fp8")
+KVCacheDtype = Literal["auto", "fp8_e4m3"]
+KV_CACHE_DTYPES: tuple[str, ...] = get_args(KVCacheDtype)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ class EngineConfig:
     # >= 8.9, the CPU runs the dequantizing reference). None: weights as the checkpoint stores
     # them (an FP8 checkpoint loads as FP8 either way).
     quantization: str | None = None
+    # The KV cache's element type. "auto": the model's dtype. "fp8_e4m3": float8_e4m3fn with a
+    # K and a V scale per layer (the checkpoint's `k_scale` / `v_scale` when it has them, else
+    # 1.0): twice the tokens in the same memory, attention reads them back in the model dtype
+    # (docs/fp8.md). CUDA needs compute capability >= 8.9; the CPU runs the torch reference.
+    kv_cache_dtype: KVCacheDtype = "auto"
     overlap: bool = True  # RADIXSERVE_DISABLE_OVERLAP=1 turns it off
     # Prefill tokens per step; long prompts go in chunks of this. None: per device (CPU_CHUNK on
     # the CPU, where a forward of 8192 tokens takes minutes and stalls everyone; GPU_CHUNK on a GPU).
@@ -183,6 +191,11 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"EngineConfig.quantization={self.quantization!r}: use None or 'fp8'")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"EngineConfig.kv_cache_dtype={self.kv_cache_dtype!r}: "
+                f"use {' or '.join(map(repr, KV_CACHE_DTYPES))}"
+            )
         if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
             raise ValueError(
                 f"EngineConfig.attention_backend={self.attention_backend!r}: "

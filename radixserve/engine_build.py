@@ -12,13 +12,15 @@ from dataclasses import dataclass, replace
 import torch
 
 from radixserve.cache.allocator import SlotAllocator
-from radixserve.cache.kv_pool import KVPool
+from radixserve.cache.kv_pool import KVPool, KVPoolConfig
+from radixserve.cache.kv_quant import KV_CACHE_DTYPES
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.fp8_linear import MIN_CAPABILITY
 from radixserve.runtime.kernels import make_kernels, use_kernels
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sched.scheduler import Scheduler
@@ -43,13 +45,14 @@ def build_parts(cfg: EngineConfig) -> EngineParts:
 
 def _build(cfg: EngineConfig) -> EngineParts:
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    check_kv_cache_device(cfg, device)  # before the weights are read
     loaded = load_model(
         cfg.model, dtype=dtype, device=device, load_format=cfg.load_format, quantization=cfg.quantization
     )
     use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
     mc = loaded.config
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
-    pool_cfg = mc.kv_pool_config(dtype, device)
+    pool_cfg = kv_pool_config(cfg, loaded, dtype, device)
     num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length)
     # One slot more than the allocator hands out: the scratch slot that padded
     # CUDA-graph rows write to.
@@ -94,6 +97,38 @@ def _build(cfg: EngineConfig) -> EngineParts:
             cascade=sched_cfg.cascade_min_shared > 0,
         )
     return EngineParts(loaded, pool, scheduler, runner, context_length)
+
+
+def check_kv_cache_device(cfg: EngineConfig, device: torch.device) -> None:
+    """An FP8 KV cache on CUDA needs FP8 conversions in hardware (the Triton kernels' e4m3
+    loads and stores); the CPU's torch reference runs it in any dtype."""
+    if cfg.kv_cache_dtype == "auto" or device.type != "cuda":
+        return
+    capability = torch.cuda.get_device_capability(device)
+    if capability < MIN_CAPABILITY:
+        raise ValueError(
+            f"kv_cache_dtype={cfg.kv_cache_dtype!r} needs a GPU of compute capability >= 8.9 "
+            f"(Ada, Hopper or newer); {device} has {capability[0]}.{capability[1]}: use kv_cache_dtype='auto'"
+        )
+
+
+def kv_pool_config(
+    cfg: EngineConfig, loaded: LoadedModel, dtype: torch.dtype, device: torch.device
+) -> KVPoolConfig:
+    """The pool's layout; with `kv_cache_dtype` FP8, its element type and the checkpoint's
+    per-layer K/V scales (1.0 without them). Its bytes per slot size the pool, so the same
+    memory holds twice the tokens of a 16-bit cache."""
+    pool_cfg = loaded.config.kv_pool_config(dtype, device)
+    if cfg.kv_cache_dtype == "auto":
+        return pool_cfg
+    scales = loaded.kv_scales
+    return replace(
+        pool_cfg,
+        dtype=KV_CACHE_DTYPES[cfg.kv_cache_dtype],
+        compute_dtype=dtype,
+        k_scales=scales.k if scales is not None else (),
+        v_scales=scales.v if scales is not None else (),
+    )
 
 
 def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:

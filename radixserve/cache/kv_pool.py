@@ -16,9 +16,12 @@ may read slots nothing wrote.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from radixserve.cache.kv_quant import FP8_KV_DTYPE, quantize
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,41 @@ class KVPoolConfig:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype = torch.float32  # what the buffers hold
     device: str = "cpu"
+    # An FP8 pool only: the dtype attention computes in (the model's), and per-layer K and V
+    # scales (empty: 1.0 for every layer).
+    compute_dtype: torch.dtype | None = None
+    k_scales: tuple[float, ...] = ()
+    v_scales: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.fp8 and (self.compute_dtype is None or self.compute_dtype == FP8_KV_DTYPE):
+            raise ValueError(f"an FP8 KV pool needs a compute_dtype to read into, got {self.compute_dtype}")
+        for name in ("k_scales", "v_scales"):
+            scales = getattr(self, name)
+            if scales and (not self.fp8 or len(scales) != self.num_layers):
+                raise ValueError(
+                    f"KVPoolConfig.{name}: {len(scales)} scales for an "
+                    f"{'FP8' if self.fp8 else 'unquantized'} pool of {self.num_layers} layers"
+                )
+            if not all(math.isfinite(s) and s > 0 for s in scales):
+                raise ValueError(f"KVPoolConfig.{name}={scales!r}: scales must be finite and > 0")
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype == FP8_KV_DTYPE
+
+    @property
+    def attn_dtype(self) -> torch.dtype:
+        """The dtype attention reads the pool in: the model's for an FP8 pool, else the pool's."""
+        return self.compute_dtype if self.fp8 and self.compute_dtype is not None else self.dtype
+
+    def k_scale(self, layer: int) -> float:
+        return self.k_scales[layer] if self.k_scales else 1.0
+
+    def v_scale(self, layer: int) -> float:
+        return self.v_scales[layer] if self.v_scales else 1.0
 
     @property
     def bytes_per_slot(self) -> int:
@@ -48,8 +84,13 @@ class KVPool:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the K/V of new tokens (`[T, H, D]`) at `slots` (`[T]`)."""
-        self.k[layer][slots] = k.to(self.config.dtype)
-        self.v[layer][slots] = v.to(self.config.dtype)
+        c = self.config
+        if c.fp8:
+            self.k[layer][slots] = quantize(k, c.k_scale(layer))
+            self.v[layer][slots] = quantize(v, c.v_scale(layer))
+            return
+        self.k[layer][slots] = k.to(c.dtype)
+        self.v[layer][slots] = v.to(c.dtype)
 
     @property
     def nbytes(self) -> int:

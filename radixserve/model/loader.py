@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from radixserve.cache.kv_quant import KVScales
 from radixserve.model.config import ModelConfig, plain_hf_config
 from radixserve.model.embedded import EMBEDDED_ALIASES, EmbeddedModelMissingError, embedded_model_dir
 from radixserve.model.fp8 import (
@@ -62,6 +63,9 @@ class LoadedModel:
     path: str | None  # the HF folder the weights came from; None for dummy weights
     eos_token_ids: frozenset[int] = frozenset()
     quantization: str | None = None  # "fp8" when the decoder layers' linears are FP8
+    # The checkpoint's per-layer K/V cache scales (`self_attn.k_scale` / `v_scale`), used by an
+    # FP8 KV cache (`EngineConfig.kv_cache_dtype`); None: the checkpoint has none (1.0).
+    kv_scales: KVScales | None = None
 
     @functools.cached_property
     def hf_config(self) -> Any:
@@ -196,10 +200,13 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     # (started before `_instantiate`, it would stall that Python code instead).
     with ThreadPoolExecutor(1, thread_name_prefix="radixserve-tokenizer") as pool:
         pending = pool.submit(load_tokenizer, folder)
+        kv_scales = None
         if files is None:
             init_dummy_weights(model, seed=DUMMY_SEED)
         else:
-            load_checkpoint(model, files, tied=config.tie_word_embeddings, quant=quant)
+            kv_scales = load_checkpoint(
+                model, files, tied=config.tie_word_embeddings, quant=quant, num_layers=config.num_layers
+            )
         tokenizer = pending.result()
     return LoadedModel(
         model=model,
@@ -209,6 +216,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
         path=None if dummy else str(folder),
         eos_token_ids=eos_token_ids(config.eos_token_ids, tokenizer, folder),
         quantization=None if quant is None else "fp8",
+        kv_scales=kv_scales,
     )
 
 

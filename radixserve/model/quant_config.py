@@ -68,9 +68,7 @@ def _compressed_tensors(q: Mapping[str, object]) -> Fp8Checkpoint:
         )
     kv = q.get("kv_cache_scheme")
     if kv is not None:
-        raise UnsupportedQuantizationError(
-            f"{_FIELD}.kv_cache_scheme={kv!r}: an FP8 KV cache is not supported yet (FP8 weights are)"
-        )
+        _check_kv_cache_scheme(kv)
     groups = q.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise UnsupportedQuantizationError(f"{_FIELD}.config_groups is missing or empty")
@@ -81,6 +79,19 @@ def _compressed_tensors(q: Mapping[str, object]) -> Fp8Checkpoint:
         _check_weights(group.get("weights"), f"{where}.weights")
         _check_activations(group.get("input_activations"), f"{where}.input_activations")
     return Fp8Checkpoint("compressed-tensors", "weight_scale", ("input_scale",))
+
+
+def _check_kv_cache_scheme(kv: object) -> None:
+    """FP8 K/V scales per tensor (`self_attn.k_scale` / `v_scale`, model/kv_scales.py) load and
+    serve `kv_cache_dtype="fp8_e4m3"`; other KV schemes are refused."""
+    where = f"{_FIELD}.kv_cache_scheme"
+    if not isinstance(kv, Mapping) or kv.get("num_bits") != 8 or kv.get("type") != "float":
+        raise UnsupportedQuantizationError(f"{where}={kv!r}: only an 8-bit float KV cache is supported")
+    if kv.get("strategy") != "tensor" or kv.get("dynamic"):
+        raise UnsupportedQuantizationError(
+            f"{where}.strategy={kv.get('strategy')!r}, dynamic={kv.get('dynamic')!r}: only static "
+            "per-tensor KV cache scales are supported"
+        )
 
 
 def _check_weights(w: object, where: str) -> None:

@@ -25,7 +25,9 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from radixserve.cache.kv_quant import KVScales
 from radixserve.model.fused_views import fused_views
+from radixserve.model.kv_scales import KVScaleReader
 from radixserve.model.layers import FusedLinear, RMSNorm
 from radixserve.model.moe import MoEExperts
 from radixserve.model.quant_config import Fp8Checkpoint
@@ -136,12 +138,15 @@ def _one_cpu_thread() -> Iterator[None]:
 
 @torch.no_grad()
 def load_checkpoint(
-    model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None = None
-) -> None:
+    model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None = None, num_layers: int = 0
+) -> KVScales | None:
     """Fill `model` from `files`; with `quant`, its FP8 linears (`Linear.to_fp8`) take the
-    checkpoint's FP8 weights and scales (see `_checkpoint_tensors`)."""
+    checkpoint's FP8 weights and scales (see `_checkpoint_tensors`). Returns the checkpoint's
+    KV cache scales for `num_layers` layers (model/kv_scales.py), None without any."""
+    kv = KVScaleReader(num_layers)
     with _one_cpu_thread():
-        _load_checkpoint(model, files, tied, quant)
+        _load_checkpoint(model, files, tied, quant, kv)
+    return kv.scales()
 
 
 def _checkpoint_tensors(
@@ -167,13 +172,15 @@ def _scale_rows(scale: torch.Tensor) -> torch.Tensor:
     return scale.reshape(-1)
 
 
-def _load_checkpoint(model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None) -> None:
+def _load_checkpoint(
+    model: nn.Module, files: list[Path], tied: bool, quant: Fp8Checkpoint | None, kv: KVScaleReader
+) -> None:
     targets = _targets(model)
     # Fused parameters stored in one piece: not copied (stacked experts are).
     in_file = fused_views({n: t for n, t in targets.items() if t.expert is None}, files)
     loaded: set[str] = set()
     for path, name, tensor in _checkpoint_tensors(files, quant):
-        if _ignored(name, tied):
+        if _ignored(name, tied) or kv.take(name, tensor):
             continue
         target = targets.get(name)
         if target is None:

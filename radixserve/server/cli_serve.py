@@ -40,6 +40,12 @@ def add_serve_parser(sub: Any) -> None:
         "--quantization", default=None, choices=["fp8"], help="fp8: FP8 weights, quantized at load"
     )
     p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8_e4m3"],
+        help="fp8_e4m3: an FP8 KV cache, twice the tokens in the same memory (auto: the model dtype)",
+    )
+    p.add_argument(
         "--data-parallel-size",
         type=int,
         default=None,
@@ -160,6 +166,7 @@ def serve_command(args: argparse.Namespace, limits: ServerLimits) -> None:
         device=args.device,
         dtype=args.dtype,
         quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
         data_parallel_size=args.data_parallel_size,
     )
     engine = AsyncEngine(config)

@@ -82,7 +82,7 @@ def make_attention_backend(
     args = (pool, num_heads, num_kv_heads, head_dim, scale)
     on_gpu = torch.device(pool.config.device).type == "cuda"
     if name == "auto":
-        if on_gpu and pool.config.dtype in (torch.float16, torch.bfloat16) and _flashinfer_importable():
+        if on_gpu and pool.config.attn_dtype in (torch.float16, torch.bfloat16) and _flashinfer_importable():
             name = "flashinfer"
         elif on_gpu and importlib.util.find_spec("triton") is not None:
             name = "triton"

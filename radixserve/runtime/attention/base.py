@@ -26,7 +26,7 @@ soft-capped model on a backend without soft-capping.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -104,10 +104,17 @@ class AttentionOptions:
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """One layer's window and soft-cap, as a kernel call takes them (see `AttentionOptions`)."""
+    """One layer's window and soft-cap, as a kernel call takes them (see `AttentionOptions`),
+    and its (K, V) scales when the pool is FP8 (cache/kv_quant.py; None: not quantized)."""
 
     window: int | None = None
     softcap: float | None = None
+    kv_scales: tuple[float, float] | None = None
+
+    @property
+    def masked(self) -> bool:
+        """A window or a soft-cap, which cascade steps do not compute."""
+        return self.window is not None or self.softcap is not None
 
 
 PLAIN_LAYER = LayerOptions()
@@ -132,7 +139,11 @@ class AttentionBackend(ABC):
         self.scale = scale
         # The model's windows and soft-cap; only backends that compute them are given any.
         self.options = options or AttentionOptions()
-        self.layer_options = [self.options.layer(i) for i in range(pool.config.num_layers)]
+        c = pool.config
+        self.layer_options = [
+            replace(self.options.layer(i), kv_scales=(c.k_scale(i), c.v_scale(i)) if c.fp8 else None)
+            for i in range(c.num_layers)
+        ]
 
     @property
     def supports_cascade(self) -> bool:

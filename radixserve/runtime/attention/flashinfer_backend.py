@@ -12,6 +12,11 @@ another on one stream): `FlashInferPlanner` (flashinfer_plans.py) holds it for b
   or "auto" where triton is installed; `FlashInferDecode` (flashinfer_decode.py) with
   `decode_kernel="flashinfer"`. Each brings its own cascade steps and CUDA-graph states.
 
+An FP8 pool (`kv_cache_dtype="fp8_e4m3"`) is planned with `kv_data_type` float8_e4m3fn and
+`q_data_type` the model's; each layer's run takes its `k_scale` (FlashInfer folds it into the
+softmax scale, so a cascade level's log-sum-exp carries it) and `v_scale` (an in-place multiply
+of the output, captured in graphs like the rest): `FlashInferPlanner.run_scales`.
+
 Our wrappers are given no `window_left` / `logits_soft_cap`: for a model with windows or a
 soft-cap, "flashinfer" builds Triton's halves instead (`_triton_hybrid` in __init__.py) unless
 `decode_kernel="flashinfer"` asks for these.
@@ -60,9 +65,9 @@ def flashinfer_attention(
     device = torch.device(pool.config.device)
     if device.type != "cuda":
         raise RuntimeError(f"the flashinfer attention backend needs a CUDA KV pool, got device {device}")
-    if pool.config.dtype not in SUPPORTED_DTYPES:
+    if pool.config.attn_dtype not in SUPPORTED_DTYPES:
         raise ValueError(
-            f"the flashinfer attention backend supports float16/bfloat16 KV, got {pool.config.dtype}"
+            f"the flashinfer attention backend supports float16/bfloat16 KV, got {pool.config.attn_dtype}"
         )
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")

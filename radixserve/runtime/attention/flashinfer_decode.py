@@ -115,19 +115,26 @@ class FlashInferDecode(AttentionBackend):
         self._store_kv(self.pool, layer, batch.out_slots, k, v)
         qc = self.planner.query(q)
         cache = self.planner.caches[layer]
+        scales = self.planner.run_scales[layer]
         if self._level0 is not None:
-            out = self._cascade_run(qc, cache, self._active, self._level0)
+            out = self._cascade_run(qc, cache, self._active, self._level0, scales)
         else:
-            out = self._active.wrapper.run(qc, cache)
+            out = self._active.wrapper.run(qc, cache, **scales)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     def _cascade_run(
-        self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], level1: PlanSlot, level0: PlanSlot
+        self,
+        q: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor],
+        level1: PlanSlot,
+        level0: PlanSlot,
+        scales: dict[str, float],
     ) -> torch.Tensor:
+        """`scales`: an FP8 pool's (K's is in both levels' log-sum-exp, V's in both outputs)."""
         merge = self.planner.fi.merge_state_in_place
-        out, lse = level1.wrapper.run(q, cache, return_lse=True)  # [B, Hq, D], [B, Hq]
+        out, lse = level1.wrapper.run(q, cache, return_lse=True, **scales)  # [B, Hq, D], [B, Hq]
         rows = self._grouped_rows
-        o0, lse0 = level0.wrapper.run(q if rows is None else q[rows], cache, return_lse=True)
+        o0, lse0 = level0.wrapper.run(q if rows is None else q[rows], cache, return_lse=True, **scales)
         if rows is None:  # every row is grouped, groups in row order: merge in place
             merge(out, lse, o0, lse0)
             return out

@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import torch
 
-from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
 from radixserve.runtime.attention.flashinfer_plans import FlashInferPlanner, PlanSlot
 from radixserve.runtime.attention.kv_store_select import pool_writer
 from radixserve.runtime.forward_batch import ForwardBatch
 
 GraphAttention = Callable[
-    [torch.Tensor, tuple[torch.Tensor, torch.Tensor], ForwardBatch, float], torch.Tensor
+    [torch.Tensor, tuple[torch.Tensor, torch.Tensor], ForwardBatch, float, LayerOptions], torch.Tensor
 ]
 
 
@@ -62,9 +62,10 @@ class FlashInferExtend(AttentionBackend):
         qc = self.planner.query(q)
         if batch.graph is not None:  # replayed from a graph (runtime/extend_graphs.py): no plan
             assert self._graph_attention is not None
-            out = self._graph_attention(qc, (self.pool.k[layer], self.pool.v[layer]), batch, self.scale)
+            kv = (self.pool.k[layer], self.pool.v[layer])
+            out = self._graph_attention(qc, kv, batch, self.scale, self.layer_options[layer])
         else:
             if self._active is None:
                 raise RuntimeError("FlashInferExtend.forward before plan()")
-            out = self._active.wrapper.run(qc, self.planner.caches[layer])
+            out = self._active.wrapper.run(qc, self.planner.caches[layer], **self.planner.run_scales[layer])
         return out if out.dtype == q.dtype else out.to(q.dtype)

@@ -89,7 +89,15 @@ class FlashInferPlanner:
         self.fi = fi
         self.pool = pool
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = shape
-        self.dtype = pool.config.dtype
+        self.dtype = pool.config.attn_dtype  # the queries' and outputs'
+        self.kv_dtype = pool.config.dtype  # float8_e4m3fn for an FP8 pool
+        c = pool.config
+        # Per layer, the scales `run` takes for an FP8 pool (none at 1.0: each costs FlashInfer
+        # a multiply, V's a kernel of its own).
+        self.run_scales: list[dict[str, float]] = [
+            {n: s for n, s in (("k_scale", c.k_scale(i)), ("v_scale", c.v_scale(i))) if s != 1.0}
+            for i in range(c.num_layers)
+        ]
         self.device = torch.device(pool.config.device)
         # Zeroed once: FlashInfer requires a zeroed float workspace on first use.
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=self.device)
@@ -120,7 +128,7 @@ class FlashInferPlanner:
             pos_encoding_mode="NONE",
             sm_scale=self.scale,
             q_data_type=self.dtype,
-            kv_data_type=self.dtype,
+            kv_data_type=self.kv_dtype,
             non_blocking=True,
         )
         slot.guard.after_plan()
@@ -138,14 +146,15 @@ class FlashInferPlanner:
             1,
             pos_encoding_mode="NONE",
             q_data_type=self.dtype,
-            kv_data_type=self.dtype,
+            kv_data_type=self.kv_dtype,
             sm_scale=self.scale,
             non_blocking=True,
         )
         slot.guard.after_plan()
 
     def query(self, q: torch.Tensor) -> torch.Tensor:
-        """`q` in the cache's dtype, element-dense. Rows may be strided (q is a view of the fused
-        qkv output): the kernels take a row and a head stride, so only the element must be dense."""
+        """`q` in the attention dtype (the cache's; the model's over an FP8 cache), element-dense.
+        Rows may be strided (q is a view of the fused qkv output): the kernels take a row and a
+        head stride, so only the element must be dense."""
         qc = q.to(self.dtype)
         return qc if qc.stride(-1) == 1 else qc.contiguous()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.cache.kv_quant import dequantize
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
@@ -92,17 +93,15 @@ class TorchAttention(AttentionBackend):
             q_rows = torch.tensor([self._qo[i] for i in rows], device=device)
         return q_rows, batch.kv_indices.long()[idx], valid, lens
 
-    def _batched_decode(
-        self, q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, gqa: bool, window: int | None
-    ) -> torch.Tensor:
+    def _batched_decode(self, q: torch.Tensor, layer: int, gqa: bool, window: int | None) -> torch.Tensor:
         assert self._decode is not None
         q_rows, slots, valid, lens = self._decode
         if window not in self._decode_masks:
             mask = valid if window is None else window_valid(valid, lens, window)
             self._decode_masks[window] = mask[:, None, None, :]
         qd = q if q_rows is None else q[q_rows]
-        kb = k_buf[slots].transpose(1, 2).to(q.dtype)  # [R, Hkv, L, D]
-        vb = v_buf[slots].transpose(1, 2).to(q.dtype)
+        kb, vb = self._read(layer, slots, q.dtype)
+        kb, vb = kb.transpose(1, 2), vb.transpose(1, 2)  # [R, Hkv, L, D]
         o = attention(
             qd[:, :, None, :], kb, vb, self._decode_masks[window], self.scale, self.options.logit_softcap, gqa
         )
@@ -118,27 +117,34 @@ class TorchAttention(AttentionBackend):
             self._masks[key] = None if sees_all else causal_mask(prefix, extend, window, device)
         return self._masks[key]
 
+    def _read(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's K and V at `slots` in `dtype` (an FP8 pool's dequantized: kv_quant.py)."""
+        c = self.pool.config
+        k = dequantize(self.pool.k[layer][slots], c.k_scale(layer), dtype)
+        return k, dequantize(self.pool.v[layer][slots], c.v_scale(layer), dtype)
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
     ) -> torch.Tensor:
         self.pool.write(layer, batch.out_slots, k, v)
-        k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         gqa = self.num_heads != self.num_kv_heads
         window = self.options.window(layer)
         if self._cascade is not None:
-            return cascade_forward(q, k_buf, v_buf, self._cascade, self.scale)
+            return cascade_forward(
+                q, self._cascade, self.scale, lambda s: self._read(layer, s, torch.float32)
+            )
         if self._decode is not None and self._decode[0] is None:  # a decode step
-            return self._batched_decode(q, k_buf, v_buf, gqa, window)
+            return self._batched_decode(q, layer, gqa, window)
         out = torch.empty_like(q)
         if self._decode is not None:  # the decode rows of a mixed step
-            out[self._decode[0]] = self._batched_decode(q, k_buf, v_buf, gqa, window)
+            out[self._decode[0]] = self._batched_decode(q, layer, gqa, window)
         for i in self._loop:
             prefix, extend = batch.prefix_lens[i], batch.extend_lens[i]
             q0, q1 = self._qo[i], self._qo[i + 1]
             slots = batch.kv_indices[self._kv[i] : self._kv[i + 1]]
             qi = q[q0:q1].transpose(0, 1)  # [Hq, n, D]
-            ki = k_buf[slots].transpose(0, 1).to(q.dtype)  # [Hkv, L, D]
-            vi = v_buf[slots].transpose(0, 1).to(q.dtype)
+            ki, vi = self._read(layer, slots, q.dtype)
+            ki, vi = ki.transpose(0, 1), vi.transpose(0, 1)  # [Hkv, L, D]
             mask = self._mask(prefix, extend, window, q.device)
             oi = attention(qi, ki, vi, mask, self.scale, self.options.logit_softcap, gqa)
             out[q0:q1] = oi.transpose(0, 1)

@@ -9,6 +9,7 @@ to rounding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,14 +64,17 @@ def attend(
     return o, lse.view(b, hkv, g, n).permute(0, 3, 1, 2).reshape(b, n, hq)
 
 
-def cascade_forward(
-    q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: TorchCascadePlan, scale: float
-) -> torch.Tensor:
-    """q `[B, Hq, D]` (one token per row) over the pool's layer buffers -> `[B, Hq, D]`."""
-    slots = plan.suffix_slots
-    out, lse = attend(q[:, None], k_buf[slots], v_buf[slots], scale, plan.suffix_valid)
+KVRead = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def cascade_forward(q: torch.Tensor, plan: TorchCascadePlan, scale: float, read: KVRead) -> torch.Tensor:
+    """q `[B, Hq, D]` (one token per row) over the layer's K/V, which `read(slots)` gathers
+    (dequantized from an FP8 pool) -> `[B, Hq, D]`."""
+    k, v = read(plan.suffix_slots)
+    out, lse = attend(q[:, None], k, v, scale, plan.suffix_valid)
     out, lse = out[:, 0], lse[:, 0]  # [B, Hq, D], [B, Hq]
     for rows, prefix in plan.groups:  # the shared prefix: read once for the group's m queries
-        o0, l0 = attend(q[rows][None], k_buf[prefix][None], v_buf[prefix][None], scale)
+        k0, v0 = read(prefix)
+        o0, l0 = attend(q[rows][None], k0[None], v0[None], scale)
         out[rows], lse[rows] = merge_lse(out[rows], lse[rows], o0[0], l0[0])
     return out.to(q.dtype)

@@ -80,7 +80,7 @@ class TritonAttention(AttentionBackend):
         self._num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
         # The interpreter's cost is per program step, so small tiles there;
         # on the GPU, tiles sized for the shared memory of the element type.
-        wide = pool.config.dtype == torch.float32
+        wide = pool.config.attn_dtype == torch.float32
         self._block_m = 64 if on_gpu else 16
         self._block_n = (32 if wide else 64) if on_gpu else 16
         self._decode_block_n = 64 if on_gpu else 16
@@ -113,13 +113,15 @@ class TritonAttention(AttentionBackend):
     ) -> torch.Tensor:
         kv_store.store_kv(self.pool, layer, batch.out_slots, k, v)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
-        # The kernels multiply q with pool tiles, which needs one element type.
-        qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
+        # The kernels multiply q with pool tiles, which needs one element type (an FP8 pool's
+        # tiles are upcast to the model's).
+        attn_dtype = self.pool.config.attn_dtype
+        qc = q if q.dtype == attn_dtype else q.to(attn_dtype)
         opts = self.layer_options[layer]
         if batch.graph is not None:  # replayed from a graph: no plan ran
             out = te.graph_attention(qc, (k_buf, v_buf), batch, self.scale, opts)
         elif self._cascade is not None:
-            out = self._cascade.run(qc, (k_buf, v_buf))
+            out = self._cascade.run(qc, (k_buf, v_buf), opts)
         elif self._is_decode:
             table = (batch.kv_indptr, batch.kv_indices)
             out = tk.decode_attention(qc, (k_buf, v_buf), table, self.scale, self._tiling, opts=opts)

@@ -39,7 +39,14 @@ from radixserve.runtime.attention import cascade_items as ci
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.triton_decode import decode_tiling
-from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, normalized
+from radixserve.runtime.attention.triton_softmax import (
+    LOG2E,
+    attend_tile,
+    fp8_logit_scale,
+    fp8_output,
+    kv_args,
+    normalized,
+)
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -68,6 +75,8 @@ def _prefix_items_kernel(
     stride_kh,
     stride_vn,
     stride_vh,
+    k_scale,
+    v_scale,
     NUM_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -77,9 +86,12 @@ def _prefix_items_kernel(
     MID_SPLITS: tl.constexpr,
     MID_BASE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """One program: work item w (cascade_items.py: a block of one group's query rows over one
-    split of its prefix), KV head hk. An item without tile rows loads and stores nothing."""
+    split of its prefix), KV head hk. An item without tile rows loads and stores nothing.
+    KV_FP8: an FP8 pool (`attend_tile`)."""
+    sm_scale_log2 = fp8_logit_scale(sm_scale_log2, k_scale, KV_FP8)
     w = tl.program_id(0)
     hk = tl.program_id(1)
     row0 = tl.load(items + 0 * item_stride + w)  # ROW0
@@ -126,9 +138,11 @@ def _prefix_items_kernel(
             acc,
             DOT_PRECISION,
             False,  # no soft-cap: cascade steps serve plain models only
+            KV_FP8,
         )
 
     out, lse = normalized(acc, l_i, m_i)
+    out = fp8_output(out, v_scale, KV_FP8)
     part = (rows * NUM_HEADS + heads) * MID_SPLITS + MID_BASE + split
     tl.store(Mid_O + part[:, None] * BLOCK_D + offs_d[None, :], out, mask=m_mask[:, None] & d_mask[None, :])
     tl.store(Mid_LSE + part, lse, mask=m_mask)
@@ -182,10 +196,12 @@ def run_levels(
     table: tuple[torch.Tensor, torch.Tensor],
     work: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     launch: CascadeLaunch,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> torch.Tensor:
     """q `[B, Hq, D]` over the layer's `(k, v)` buffers (`[S, Hkv, D]` or their page-size-1
     views) -> `[B, Hq, D]`. `table`: the step's `kv_indptr`, `kv_indices`; `work`: the device
-    copies of `skip`, `group_rows` and `items` (cascade_items.py, items `[FIELDS, >= grid_items]`).
+    copies of `skip`, `group_rows` and `items` (cascade_items.py, items `[FIELDS, >= grid_items]`);
+    `opts`: the layer's, for an FP8 pool's scales (no window or soft-cap here).
 
     Allocates its partials, launches three kernels and reads nothing on the host: capturable."""
     k, v = tk.token_rows(cache)
@@ -195,8 +211,8 @@ def run_levels(
     mid_o, mid_lse = tk.new_partials(q, s1 + launch.prefix_splits)
     # Level 1 also clears level 0's slots (to -inf) of every row: rows outside the groups, and
     # splits a group does not use, then count for nothing in the merge.
-    tk.decode_partials(q, (k, v), table, launch.scale, launch.suffix_tiling, (mid_o, mid_lse), skip)
-    prefix_level(q, (k, v), group_rows, items, table[1], (mid_o, mid_lse), launch)
+    tk.decode_partials(q, (k, v), table, launch.scale, launch.suffix_tiling, (mid_o, mid_lse), skip, opts)
+    prefix_level(q, (k, v), group_rows, items, table[1], (mid_o, mid_lse), launch, opts)
     out = torch.empty_like(q)
     tk.reduce_partials((mid_o, mid_lse), out)
     return out
@@ -210,6 +226,7 @@ def prefix_level(
     kv_indices: torch.Tensor,
     mid: tuple[torch.Tensor, torch.Tensor],
     launch: CascadeLaunch,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> None:
     """Level 0 alone: each item's partial into slot `s1 + SPLIT` of `mid` (`kv`: `[S, Hkv, D]`)."""
     k, v = kv
@@ -243,6 +260,7 @@ def prefix_level(
         DOT_PRECISION=tk.dot_precision(q.dtype),
         num_warps=launch.prefix_warps,
         num_stages=launch.prefix_stages,
+        **kv_args(opts),
     )
 
 
@@ -287,5 +305,5 @@ class TritonCascadePlan:
     def run(
         self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
     ) -> torch.Tensor:
-        assert opts == PLAIN_LAYER, "cascade steps serve models without windows or soft-caps"
-        return run_levels(q, cache, self.table, self.work, self.launch)
+        assert not opts.masked, "cascade steps serve models without windows or soft-caps"
+        return run_levels(q, cache, self.table, self.work, self.launch, opts)

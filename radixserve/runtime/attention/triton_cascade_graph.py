@@ -116,10 +116,10 @@ class TritonCascadeGraphState:
     def run(
         self, q: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], opts: LayerOptions = PLAIN_LAYER
     ) -> torch.Tensor:
-        assert opts == PLAIN_LAYER, "cascade steps serve models without windows or soft-caps"
+        assert not opts.masked, "cascade steps serve models without windows or soft-caps"
         s = self.staging
         work = (s.skip[: self.batch_size], s.group_rows, s.items)
-        return run_levels(q, cache, (self.kv_indptr, self.kv_indices), work, self.launch)
+        return run_levels(q, cache, (self.kv_indptr, self.kv_indices), work, self.launch, opts)
 
 
 class CascadeGraphs:

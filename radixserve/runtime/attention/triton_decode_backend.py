@@ -60,7 +60,7 @@ class TritonDecodeAttention(AttentionBackend):
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
         from radixserve.runtime.attention import triton_cascade, triton_cascade_graph  # import triton
 
-        self.dtype = pool.config.dtype
+        self.dtype = pool.config.attn_dtype  # q's: an FP8 pool's tiles are upcast to it
         device = torch.device(pool.config.device)
         self._decode = TritonDecode(num_kv_heads, scale, device)
         group = num_heads // num_kv_heads

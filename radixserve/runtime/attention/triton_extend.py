@@ -28,7 +28,14 @@ import triton.language as tl
 
 from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
-from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
+from radixserve.runtime.attention.triton_softmax import (
+    LOG2E,
+    attend_tile,
+    fp8_logit_scale,
+    fp8_output,
+    layer_args,
+    normalized,
+)
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
@@ -53,6 +60,8 @@ def _extend_kernel(
     stride_oh,
     window,
     cap_log2,
+    k_scale,
+    v_scale,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -62,13 +71,16 @@ def _extend_kernel(
     TILED: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """One program: request b, query head h, BLOCK_M of its new tokens.
 
     New token i of a request with prefix p sits at position p + i and sees
     context positions 0..p+i (with a window w, only those past p+i-w); the key
     loop stops at the block's last row and, windowed, starts at its first row's window.
+    KV_FP8: an FP8 pool (`attend_tile`).
     """
+    sm_scale_log2 = fp8_logit_scale(sm_scale_log2, k_scale, KV_FP8)
     if TILED:  # grid (heads, tiles): (request, block) from the tile table
         h = tl.program_id(0)
         b = tl.load(tiles + 2 * tl.program_id(1))
@@ -131,9 +143,11 @@ def _extend_kernel(
             acc,
             DOT_PRECISION,
             HAS_SOFTCAP,
+            KV_FP8,
         )
 
     out, _ = normalized(acc, l_i, m_i)
+    out = fp8_output(out, v_scale, KV_FP8)
     tl.store(
         Out + (q_start + offs_m)[:, None] * stride_ot + h * stride_oh + offs_d[None, :],
         out.to(Out.dtype.element_ty),

@@ -21,7 +21,14 @@ import triton.language as tl
 from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
 from radixserve.runtime.attention.tiling import DecodeTiling
 from radixserve.runtime.attention.triton_reduce import new_partials, reduce_partials
-from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
+from radixserve.runtime.attention.triton_softmax import (
+    LOG2E,
+    attend_tile,
+    fp8_logit_scale,
+    fp8_output,
+    layer_args,
+    normalized,
+)
 
 __all__ = ["DecodeTiling", "decode_attention", "decode_partials", "new_partials", "reduce_partials"]
 
@@ -48,6 +55,8 @@ def _decode_split_kernel(
     stride_oh,
     window,
     cap_log2,
+    k_scale,
+    v_scale,
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -59,6 +68,7 @@ def _decode_split_kernel(
     HAS_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """One program: request b, KV head hk, split s of the context.
 
@@ -71,8 +81,9 @@ def _decode_split_kernel(
     this kernel's split 0 clears those slots to -inf first). With HAS_SKIP, request b's
     first `Skip[b]` context slots are left out (a cascade step's shared prefix). With
     HAS_WINDOW the query (the context's last position) sees its last `window` keys: the splits
-    cut those alone, so older slots are never read. HAS_SOFTCAP: see `attend_tile`.
+    cut those alone, so older slots are never read. HAS_SOFTCAP, KV_FP8: see `attend_tile`.
     """
+    sm_scale_log2 = fp8_logit_scale(sm_scale_log2, k_scale, KV_FP8)
     b = tl.program_id(0)
     hk = tl.program_id(1)
     s = tl.program_id(2)
@@ -125,9 +136,11 @@ def _decode_split_kernel(
             acc,
             DOT_PRECISION,
             HAS_SOFTCAP,
+            KV_FP8,
         )
 
     out, lse = normalized(acc, l_i, m_i)
+    out = fp8_output(out, v_scale, KV_FP8)
     store_mask = h_mask[:, None] & d_mask[None, :]
     if MID_SPLITS == 0:
         tl.store(
@@ -200,13 +213,15 @@ def decode_partials(
     tiling: DecodeTiling,
     mid: tuple[torch.Tensor, torch.Tensor],
     skip: torch.Tensor | None = None,
+    opts: LayerOptions = PLAIN_LAYER,
 ) -> None:
     """The split kernel alone (`kv`: the layer's pool buffers, `table`: kv_indptr and
     kv_indices): request b's split s goes to partial s of `mid`; partials beyond the splits
     are set to -inf (log-sum-exp) for a cascade's level 0 to fill. `skip` (int32 [B]): slots
-    at the start of each request's context to leave out."""
+    at the start of each request's context to leave out. `opts`: the layer's (an FP8 pool's
+    scales; cascade levels take no window or soft-cap)."""
     q = check_qkv(q, *kv)
-    _launch_decode(q, kv, table, sm_scale, tiling, q, mid, skip)
+    _launch_decode(q, kv, table, sm_scale, tiling, q, mid, skip, opts)
 
 
 def _launch_decode(

@@ -8,7 +8,9 @@ tile and which keys each row may see (`visible`).
 
 A layer's soft-cap (`LayerOptions.softcap`) is a `HAS_SOFTCAP` switch and its
 window a `HAS_WINDOW` switch of each kernel (`layer_args`): constexprs, so a
-model without them compiles the kernels it compiled before they existed.
+model without them compiles the kernels it compiled before they existed. An FP8
+pool is the `KV_FP8` switch: tiles upcast to q's dtype, K's scale folded into the
+logits' (`fp8_logit_scale`), V's into the output (`fp8_output`).
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ LOG2E = 1.4426950408889634
 TWO_LOG2E = tl.constexpr(2 * LOG2E)
 
 
+def kv_args(opts: LayerOptions) -> dict[str, float | bool]:
+    """The FP8 pool arguments of a kernel launch: the layer's K and V scales and the `KV_FP8`
+    switch (1.0 placeholders, unread, for a pool in the model dtype)."""
+    k_scale, v_scale = opts.kv_scales if opts.kv_scales is not None else (1.0, 1.0)
+    return {"k_scale": k_scale, "v_scale": v_scale, "KV_FP8": opts.kv_scales is not None}
+
+
 def layer_args(opts: LayerOptions) -> dict[str, int | float | bool]:
-    """The window / soft-cap arguments of a kernel launch. The cap goes in the log2 domain the
-    logits are in (`cap * log2(e)`); an unused value is a placeholder the switch leaves unread."""
+    """The window / soft-cap / FP8 pool arguments of a kernel launch. The cap goes in the log2
+    domain the logits are in (`cap * log2(e)`); an unused value is a placeholder the switch
+    leaves unread."""
     return {
         "window": opts.window if opts.window is not None else 0,
         "cap_log2": (opts.softcap if opts.softcap is not None else 1.0) * LOG2E,
         "HAS_WINDOW": opts.window is not None,
         "HAS_SOFTCAP": opts.softcap is not None,
+        **kv_args(opts),
     }
 
 
@@ -60,17 +71,21 @@ def attend_tile(
     acc,
     DOT_PRECISION: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """One key tile of the online softmax, shared by every kernel here: q `[M, D]` against
     the tile's keys (`slots` `[N]`, `n_mask` which exist) at `K_head` / `V_head` (the pool
     pointers offset to the KV head), `visible` `[M, N]` the logits a row may use. Returns
     the updated running max, sum and (unnormalised) output. With HAS_SOFTCAP the scaled logits
-    are soft-capped (`soft_capped`) before the mask, as transformers does."""
+    are soft-capped (`soft_capped`) before the mask, as transformers does. With KV_FP8 the
+    tiles are upcast to q's dtype; their scales are the kernel's (`fp8_scales`, `fp8_output`)."""
     k = tl.load(
         K_head + slots[None, :] * stride_kn + offs_d[:, None],
         mask=n_mask[None, :] & d_mask[:, None],
         other=0.0,
     )
+    if KV_FP8:
+        k = k.to(q.dtype)
     qk = tl.dot(q, k, input_precision=DOT_PRECISION)
     qk = qk * sm_scale_log2
     if HAS_SOFTCAP:
@@ -86,8 +101,28 @@ def attend_tile(
         mask=n_mask[:, None] & d_mask[None, :],
         other=0.0,
     )
+    if KV_FP8:
+        v = v.to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l_i * alpha + tl.sum(p, 1), acc
+
+
+@triton.jit
+def fp8_logit_scale(sm_scale_log2, k_scale, KV_FP8: tl.constexpr):
+    """The logits' scale: with an FP8 pool, K's scale folds into it (q.(s k) = s (q.k)), so
+    K tiles are only upcast."""
+    if KV_FP8:
+        sm_scale_log2 = sm_scale_log2 * k_scale
+    return sm_scale_log2
+
+
+@triton.jit
+def fp8_output(out, v_scale, KV_FP8: tl.constexpr):
+    """A normalised output over FP8 V tiles times V's scale (softmax weights sum to one, so the
+    scale factors out of every partial alike and merging partials keeps it)."""
+    if KV_FP8:
+        out = out * v_scale
+    return out
 
 
 @triton.jit
