@@ -23,7 +23,9 @@ Sections (model; seconds on one H200, estimated from earlier runs):
 correctness (tiny, qwen2.5-0.5b, llama-3.1-8b; ~80), w1 (both, with the
 peer's sweep; ~150), w2 (llama; ~25), w3 (qwen; ~45), w4 (llama, mixed steps and
 prefill first, each with its W1; ~150), w5
-(llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90).
+(llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90),
+cold (both: start() with an empty FlashInfer workspace, then 256 W1 requests streamed, TTFT
+p50 of that first burst; suite/cold.py).
 """
 
 from __future__ import annotations
@@ -45,13 +47,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.suite import cold, decode, knobs, workloads  # noqa: E402
 from benchmarks.suite import correctness as corr  # noqa: E402
-from benchmarks.suite import decode, knobs, workloads  # noqa: E402
 from benchmarks.suite.context import Ctx, Sizes  # noqa: E402
 from benchmarks.suite.engines import free_memory, make_target  # noqa: E402
 from benchmarks.suite.report import Recorder  # noqa: E402
 
-SECTIONS = ("correctness", "w1", "w2", "w3", "w4", "w5", "host", "pages", "chunks")
+SECTIONS = ("correctness", "w1", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -94,6 +96,7 @@ def plan(ctx: Ctx, only: set[str], correctness_layers: int = 0) -> list[tuple[st
         ("host", decode.host_steps, [small]),
         ("pages", knobs.pages, [large]),
         ("chunks", knobs.chunks, [large]),
+        ("cold", cold.cold, models),
     ]
     for key, fn, specs in sections:
         if key in only:

@@ -21,7 +21,7 @@ from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.fp8_linear import MIN_CAPABILITY
-from radixserve.runtime.kernels import make_kernels, use_kernels
+from radixserve.runtime.kernels import KernelUse, make_kernels, use_kernels
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sched.scheduler import Scheduler
 
@@ -49,7 +49,8 @@ def _build(cfg: EngineConfig) -> EngineParts:
     loaded = load_model(
         cfg.model, dtype=dtype, device=device, load_format=cfg.load_format, quantization=cfg.quantization
     )
-    use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
+    kernels = make_kernels(cfg.layer_kernels, device, dtype)
+    use_kernels(loaded.model, kernels)
     mc = loaded.config
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
     pool_cfg = kv_pool_config(cfg, loaded, dtype, device)
@@ -79,12 +80,13 @@ def _build(cfg: EngineConfig) -> EngineParts:
         # Its kernels would ignore the groups, or (the default) its cascade steps would run
         # eagerly: don't form them.
         sched_cfg = replace(sched_cfg, cascade_min_shared=0)
-    elif sched_cfg.cascade_min_shared:
-        attn.prepare_cascade()  # kernels built at start, not in the first cascade step
     scheduler = Scheduler(sched_cfg, allocator, cache, table, loaded.tokenizer)
     runner = ModelRunner(
         loaded.model, attn, mc.vocab_size, cfg.max_running_requests, device, slot_table=table.device_table
     )
+    # Every kernel a step will run is compiled (or loaded) now, not in a request's step.
+    use = KernelUse(dtype, device, mc.head_dim, mc.rope_dim, mc.activation, mc.norm_plus_one, mc.qk_norm)
+    runner.warm_up([*attn.kernel_builds(sched_cfg.cascade_min_shared > 0), *kernels.kernel_builds(use)])
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
     if cfg.cuda_graph and device.type == "cuda":

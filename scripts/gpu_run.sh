@@ -6,8 +6,10 @@
 # (carry .whl and, when present, .fi_cache). In order, each step bounded so
 # that whatever finished comes back under $OUT:
 #   1. the wheels and cached FlashInfer kernels (scripts/gpu_env.sh), then the
-#      FlashInfer modules the engine uses built in parallel threads (~35 s on a
-#      fresh machine, instead of one after another inside the first test);
+#      FlashInfer modules of both benchmark models built in parallel threads
+#      through the engine's own start-up builds (`kernel_builds`; ~35 s on a
+#      fresh machine; an engine's start() builds its own one after another, with
+#      a progress line each, so this only overlaps the builds and fills the cache);
 #   2. the GPU tests, `pytest -m gpu tests/runtime` (all of them live there; the
 #      whole `tests` tree does not collect on the device, which lacks the
 #      server's packages), log in $OUT/gpu_tests.log;

@@ -251,7 +251,19 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
         assert r["device"] == "cpu" and r["dtype"] == "float32" and r["quick"] is True
         assert r["command"].startswith("python3 benchmarks/gpu_suite.py --quick --device cpu")
     workloads = {r["workload"] for r in recs}
-    assert workloads == {"correctness", "W1", "W1-peer", "W2", "W3", "W4", "W5", "host", "pages", "chunks"}
+    assert workloads == {
+        "correctness",
+        "W1",
+        "W1-peer",
+        "W2",
+        "W3",
+        "W4",
+        "W5",
+        "host",
+        "pages",
+        "chunks",
+        "W1-cold",
+    }
 
     def get(workload: str, setting: str, metric: str) -> dict[str, Any]:
         (hit,) = [
@@ -262,6 +274,13 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     # float32 on the CPU: radixserve's greedy tokens are transformers' own.
     assert get("correctness", "backend=torch", "top1_agreement")["value"] == 1.0
     assert get("W1", "radixserve streaming", "output_tok_s")["value"] > 0
+    # The cold first burst (the tiny model twice: small and large are one here): a start, its burst's
+    # TTFT, and nothing compiled on the CPU's torch backend.
+    cold = get("W1-cold", "radixserve start()", "start_s")
+    assert cold["value"] > 0 and cold["files_built"] == 0 and cold["requests"] == 12
+    burst = "first 12 W1 requests streamed after start, empty FlashInfer workspace"
+    assert get("W1-cold", burst, "ttft_p50_ms")["value"] > 0
+    assert get("W1-cold", burst, "files_built_by_burst")["value"] == 0
     ratio = [r for r in recs if r["workload"] == "W1-peer" and r["metric"] == "ratio"]
     assert len(ratio) == 1 and ratio[0]["swept"] and ratio[0]["value"] > 0
     # W5 (quick: prefix 128 + 8 own tokens, 8 out, N = 4 and 8), K/V read per step from kv_indices,

@@ -17,15 +17,36 @@ Modules read their ops from a `kernels` attribute (the reference by default);
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixserve.runtime.warm_up import KernelBuild, dtype_name
+
+
+@dataclass(frozen=True)
+class KernelUse:
+    """Which layer ops a model calls, and in which variants: what start-up builds."""
+
+    dtype: torch.dtype
+    device: torch.device
+    head_dim: int
+    rotary_dim: int  # rotated leading dims of a head (<= head_dim)
+    activation: str  # of the gated MLP: "silu" or "gelu_tanh"
+    gemma_norms: bool  # norms scale by (1 + weight)
+    qk_norm: bool  # norms over heads of q and k (rows of head_dim)
+
 
 class TorchKernels:
     name = "torch"
+
+    def kernel_builds(self, use: KernelUse) -> list[KernelBuild]:
+        """What these ops compile, as start-up builds (runtime/warm_up.py): nothing here."""
+        return []
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # Statistics in float32 whatever the model dtype, as transformers does.
@@ -88,6 +109,47 @@ class FlashInferKernels(TorchKernels):
     def __init__(self, flashinfer: ModuleType) -> None:
         self._fi = flashinfer
         self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
+
+    def kernel_builds(self, use: KernelUse) -> list[KernelBuild]:
+        """FlashInfer's norm module (every RMSNorm variant), its rope module and the model's
+        activation module, each run once on a few rows of the model's dtype."""
+        shape = f"{dtype_name(use.dtype)} head_dim {use.head_dim}"
+        act = "gelu_tanh_and_mul" if use.activation == "gelu_tanh" else "silu_and_mul"
+        return [
+            KernelBuild(f"flashinfer norm {dtype_name(use.dtype)}", partial(self._warm_norms, use)),
+            KernelBuild(f"flashinfer rope {shape}", partial(self._warm_rope, use)),
+            KernelBuild(f"flashinfer {act} {dtype_name(use.dtype)}", partial(self._warm_activation, use)),
+        ]
+
+    def _warm_norms(self, use: KernelUse) -> None:
+        x = torch.ones(2, use.head_dim, dtype=use.dtype, device=use.device)
+        w = torch.ones(use.head_dim, dtype=use.dtype, device=use.device)
+        if use.gemma_norms:
+            self.gemma_add_rms_norm(x.clone(), x.clone(), w, 1e-6)
+            self.gemma_rms_norm(x.view(1, 2, -1) if use.qk_norm else x, w, 1e-6)
+        else:
+            self.add_rms_norm(x.clone(), x.clone(), w, 1e-6)
+            self.rms_norm(x.view(1, 2, -1) if use.qk_norm else x, w, 1e-6)
+
+    def _warm_rope(self, use: KernelUse) -> None:
+        q = torch.zeros(2, 2, use.head_dim, dtype=use.dtype, device=use.device)
+        table = torch.ones(4, use.rotary_dim // 2, dtype=torch.float32, device=use.device)
+        positions = torch.arange(2, device=use.device)
+        self._fi.rope.apply_rope_with_cos_sin_cache_inplace(
+            positions,
+            q.flatten(-2),
+            q.clone().flatten(-2),
+            use.head_dim,
+            torch.cat((table, table), -1),
+            is_neox=True,
+        )
+
+    def _warm_activation(self, use: KernelUse) -> None:
+        gate_up = torch.zeros(2, 2 * 64, dtype=use.dtype, device=use.device)
+        if use.activation == "gelu_tanh":
+            self.gelu_tanh_and_mul(gate_up)
+        else:
+            self.silu_and_mul(gate_up)
 
     # FlashInfer's kernels reject an empty launch grid ("invalid argument"); a step whose
     # prefill chunk ends mid-prompt asks for logits of no row, so the final norm gets 0

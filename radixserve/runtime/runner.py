@@ -24,12 +24,14 @@ from torch import nn
 
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.warm_batches import tiny_batch
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.extend_graphs import ExtendGraphs
 from radixserve.runtime.greedy_graphs import GreedyGraphs
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 from radixserve.runtime.step import StepInput
 from radixserve.runtime.step_batch import build_forward_batch
+from radixserve.runtime.warm_up import KernelBuild, run_builds
 
 # (step number from 1, logits [rows, vocab], the step's sampling inputs) -> logits to use
 FaultHook = Callable[[int, torch.Tensor, SamplingInputs], torch.Tensor]
@@ -120,6 +122,22 @@ class ModelRunner:
         # Test hook (radixserve.testing.inject_faults): sees each step's logits, may raise or edit them.
         self.fault_hook: FaultHook | None = None
         self.launches = 0
+
+    def warm_up(self, builds: list[KernelBuild]) -> float:
+        """Build every kernel the steps will run, before the first one and before graph capture
+        (runtime/warm_up.py): `builds` (the attention backend's and the layer kernels'), then on
+        CUDA one tiny eager extend and decode step of the whole model, for whatever else compiles
+        there (fused MoE, FP8 GEMMs). The seconds it took."""
+        if self.device.type == "cuda":
+            builds = [*builds, KernelBuild("model step (tiny extend and decode)", self._tiny_steps)]
+        return run_builds(builds, self.device)
+
+    @torch.inference_mode()
+    def _tiny_steps(self) -> None:
+        for step in ("extend", "decode"):
+            batch = tiny_batch(self.attn, step)
+            self.attn.plan(batch)
+            self.model(batch, self.attn)
 
     def enable_cuda_graphs(
         self,

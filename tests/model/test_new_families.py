@@ -151,8 +151,12 @@ def test_a_backend_without_windows_caps_the_context_at_the_window(
     from radixserve import EngineConfig, engine_build
     from radixserve.engine_build import build_parts
     from radixserve.runtime.attention import TorchAttention
+    from radixserve.runtime.runner import ModelRunner
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the backend build on the CPU
+    # ...but this process defined the kernels uninterpreted, so the start-up kernel builds
+    # (tests/runtime/test_warm_up.py runs them in an interpreter process) are left out here.
+    monkeypatch.setattr(ModelRunner, "warm_up", lambda self, builds: 0.0)
     helpers.make_tiny_checkpoint("gemma3", tmp_path / "gemma3")
     base = {"model": str(tmp_path / "gemma3"), "device": "cpu", "kv_cache_tokens": 64}
     assert build_parts(EngineConfig(**base, attention_backend="triton")).context_length == 512

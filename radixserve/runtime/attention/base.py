@@ -35,6 +35,7 @@ import torch
 from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 
 class DecodeGraphState(Protocol):
@@ -171,8 +172,12 @@ class AttentionBackend(ABC):
         """The maker of this backend's CUDA-graph decode states; None: decode runs eagerly."""
         return None
 
-    def prepare_cascade(self) -> None:  # noqa: B027 - optional hook, not abstract
-        """Load what cascade steps need before the first one (kernels). Default: nothing."""
+    @abstractmethod
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """What this backend's steps compile, as builds to run once at start-up
+        (runtime/warm_up.py), each running its kernel on a tiny batch so that a JIT build
+        happens there rather than in a request's step; empty where nothing compiles.
+        `cascade`: the engine forms shared-prefix groups, so cascade steps' kernels too."""
 
     def plan(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook, not abstract
         """Prepare per-step state shared by all layers. Default: nothing."""

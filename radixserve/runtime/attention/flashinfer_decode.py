@@ -26,6 +26,8 @@ live request reads (a scratch slot), since the graph writes K/V for all `bs` row
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from radixserve.runtime.attention.base import (
@@ -41,8 +43,10 @@ from radixserve.runtime.attention.flashinfer_plans import (
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
 from radixserve.runtime.attention.kv_store_select import pool_writer
+from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.cascade import cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 
 class FlashInferDecode(AttentionBackend):
@@ -84,13 +88,19 @@ class FlashInferDecode(AttentionBackend):
         self._turn[kind] = i ^ 1
         return slots[i]
 
-    def prepare_cascade(self) -> None:
-        """Build (or load) FlashInfer's merge kernel now, at start-up, rather than in the
-        first cascade step (a JIT build takes tens of seconds)."""
-        p = self.planner
-        v = torch.zeros(1, self.num_heads, self.head_dim, dtype=p.dtype, device=p.device)
-        s = torch.zeros(1, self.num_heads, dtype=torch.float32, device=p.device)
-        p.fi.merge_state_in_place(v, s, v.clone(), s.clone())
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """The decode module (with tensor cores: the prefill module, shared with the extend
+        half), and for cascade steps level 0's prefill wrapper and the merge kernel."""
+        kind = "batch_decode (tensor cores: the prefill module)" if self.tensor_cores else "batch_decode"
+        builds = [
+            KernelBuild(
+                f"flashinfer {kind} {shape_label(self)}", partial(run_step, self, "decode", 0), "decode"
+            )
+        ]
+        if cascade:
+            label = f"flashinfer cascade (level-0 prefill, merge_state) {shape_label(self)}"
+            builds.append(KernelBuild(label, partial(run_step, self, "cascade", 0), "cascade"))
+        return builds
 
     def plan(self, batch: ForwardBatch) -> None:
         self._level0 = None

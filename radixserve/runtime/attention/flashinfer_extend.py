@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
 from radixserve.runtime.attention.flashinfer_plans import FlashInferPlanner, PlanSlot
 from radixserve.runtime.attention.kv_store_select import pool_writer
+from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 GraphAttention = Callable[
     [torch.Tensor, tuple[torch.Tensor, torch.Tensor], ForwardBatch, float, LayerOptions], torch.Tensor
@@ -36,6 +39,7 @@ class FlashInferExtend(AttentionBackend):
         super().__init__(p.pool, p.num_heads, p.num_kv_heads, p.head_dim, p.scale)
         self.planner = planner
         self._slots = planner.pair(planner.fi.BatchPrefillWithPagedKVCacheWrapper, backend=prefill_backend)
+        self._prefill_backend = prefill_backend
         self._turn = 0
         self._active: PlanSlot | None = None
         self._store_kv = pool_writer(self.pool)
@@ -48,6 +52,12 @@ class FlashInferExtend(AttentionBackend):
     @property
     def graph_extend(self) -> bool:
         return self._graph_attention is not None
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """FlashInfer's paged prefill module (its wrapper's plan builds it). Graph-replayed extend
+        steps run Triton's kernel, which the extend graphs' own warm-up builds."""
+        label = f"flashinfer batch_prefill ({self._prefill_backend}) {shape_label(self)}"
+        return [KernelBuild(label, partial(run_step, self, "extend", 0), "extend")]
 
     def plan(self, batch: ForwardBatch) -> None:
         slot = self._slots[self._turn]

@@ -12,6 +12,7 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, DecodeGraphPlanner
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 
 class HybridAttention(AttentionBackend):
@@ -42,8 +43,10 @@ class HybridAttention(AttentionBackend):
     def decode_graphs(self) -> DecodeGraphPlanner | None:
         return self.decode.decode_graphs()
 
-    def prepare_cascade(self) -> None:
-        self.decode.prepare_cascade()
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """Each half's builds for the steps it runs."""
+        extend = [b for b in self.extend.kernel_builds(cascade) if b.step in ("extend", "any")]
+        return extend + [b for b in self.decode.kernel_builds(cascade) if b.step != "extend"]
 
     def _half(self, batch: ForwardBatch) -> AttentionBackend:
         return self.decode if batch.is_decode and batch.graph is None else self.extend

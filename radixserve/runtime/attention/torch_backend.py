@@ -23,6 +23,7 @@ from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 _Decode = tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -53,6 +54,9 @@ class TorchAttention(AttentionBackend):
         options: AttentionOptions | None = None,
     ) -> None:
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        return []  # plain PyTorch ops: nothing compiles
 
     def plan(self, batch: ForwardBatch) -> None:
         # Host-side offsets, so the per-layer loop slices without device syncs.

@@ -36,7 +36,9 @@ from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.attention.triton_decode import decode_tiling
+from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 
 class TritonAttention(AttentionBackend):
@@ -90,6 +92,16 @@ class TritonAttention(AttentionBackend):
         self._cascade: TritonCascadePlan | None = None
         group = num_heads // num_kv_heads
         self._cascade_shape = CascadeShape(num_kv_heads, group, scale, self._decode_block_n, self._num_sms)
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """The extend and the split-K decode kernel per layer variant, the cascade's two levels
+        where the engine forms groups. The graph-replayed extend kernel is built by the extend
+        graphs' own warm-up (runtime/extend_graphs.py)."""
+        builds = per_layer_option(self, "triton extend", "extend")
+        builds += per_layer_option(self, "triton decode", "decode")
+        if cascade and self.supports_cascade:
+            builds += per_layer_option(self, "triton cascade", "cascade")
+        return builds
 
     def _pick_tiling(self, batch: ForwardBatch) -> tk.DecodeTiling:
         """The engine's split rule (`triton_decode.decode_tiling`), with this backend's key tile."""

@@ -30,7 +30,9 @@ from radixserve.runtime.attention.base import (
 from radixserve.runtime.attention.graph_checks import check_graph_batch
 from radixserve.runtime.attention.kv_store_select import pool_writer
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
+from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.warm_up import KernelBuild
 
 # The cascade's block size over prefix slots (triton_cascade.py).
 CASCADE_BLOCK_N = 128
@@ -99,6 +101,14 @@ class TritonDecodeAttention(AttentionBackend):
 
     def decode_graphs(self) -> DecodeGraphPlanner:
         return self
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """Eager decode (and cascade) steps per layer variant; the graphs' warm-up builds the
+        captured ones (runtime/cuda_graph.py)."""
+        builds = per_layer_option(self, "triton decode", "decode")
+        if cascade and self.supports_cascade:
+            builds += per_layer_option(self, "triton cascade", "cascade")
+        return builds
 
     def plan(self, batch: ForwardBatch) -> None:
         if batch.cascade is not None and self.supports_cascade:
