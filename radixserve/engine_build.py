@@ -16,10 +16,12 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
+from radixserve.model.layers import use_matmul
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.kernels import make_kernels, use_kernels
+from radixserve.runtime.matmul import make_matmul
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sched.scheduler import Scheduler
 
@@ -48,6 +50,12 @@ def _build(cfg: EngineConfig) -> EngineParts:
     )
     use_kernels(loaded.model, make_kernels(cfg.layer_kernels, device, dtype))
     mc = loaded.config
+    if cfg.deterministic and mc.moe is not None and device.type == "cuda":
+        raise ValueError(
+            f"EngineConfig.deterministic=True: {cfg.model} is a mixture of experts, whose fused CUDA "
+            "kernel groups tokens by expert across the batch; deterministic MoE runs on the CPU only"
+        )
+    use_matmul(loaded.model, make_matmul(cfg.deterministic, device))
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
     pool_cfg = mc.kv_pool_config(dtype, device)
     num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length)
@@ -64,6 +72,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
         mc.attn_scale,
         decode_kernel=cfg.decode_kernel,
         options=options,
+        deterministic=cfg.deterministic,
     )
     if options.min_window is not None and not attn.supports_windows:
         # Full attention equals windowed attention while no sequence is longer than the window.
@@ -84,7 +93,8 @@ def _build(cfg: EngineConfig) -> EngineParts:
     )
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
-    if cfg.cuda_graph and device.type == "cuda":
+    # Deterministic steps run eagerly: their attention plans on the host every step.
+    if cfg.cuda_graph and device.type == "cuda" and not cfg.deterministic:
         max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
         runner.enable_cuda_graphs(
             cfg.max_running_requests,
