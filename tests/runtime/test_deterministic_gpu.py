@@ -1,7 +1,8 @@
-"""`EngineConfig(deterministic=True)` on CUDA with the Triton backend (FlashInfer is refused there) (GPU only; the CPU side is
-tests/runtime/test_deterministic.py and tests/engine/test_deterministic.py): the Triton
-linear's rows and the invariant Triton attention's tokens keep their bits whatever the batch,
-and 64 prompts give the same tokens alone as among 64 other requests with small chunks."""
+"""`EngineConfig(deterministic=True)` on CUDA with the Triton backend (FlashInfer is refused
+there). GPU only; the CPU side is tests/runtime/test_deterministic.py and
+tests/engine/test_deterministic.py. The Triton linear's rows and the invariant Triton
+attention's tokens keep their bits whatever the batch, and 64 prompts give the same tokens
+alone as among 64 other requests with small chunks."""
 
 from __future__ import annotations
 
