@@ -8,7 +8,7 @@ steps. `TiledMatmul` (CPU) runs every row through a product of one shape: rows g
 in tiles of `TILE_ROWS`, the last one padded, as one `bmm` over the tiles, and
 within a fixed shape a row's result depends on nothing but the row (measured:
 any position in the tile, any other rows, any tile count). On CUDA the
-deterministic mode uses `triton_matmul.TritonMatmul`: one tile config, no split-K.
+deterministic mode uses `TritonMatmul` (triton_matmul.py's kernel): one tile config, no split-K.
 """
 
 from __future__ import annotations
@@ -57,6 +57,21 @@ class TiledMatmul(Matmul):
         return y.view(*lead, weight.shape[0])
 
 
+class TritonMatmul(Matmul):
+    """Batch-invariant on CUDA: every `linear` is one fixed-config Triton kernel."""
+
+    name = "triton"
+    batch_invariant = True
+
+    def __init__(self) -> None:
+        from radixserve.runtime.triton_matmul import triton_linear  # imports triton: CUDA only
+
+        self._linear = triton_linear
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return self._linear(x, weight, bias)
+
+
 DEFAULT_MATMUL = Matmul()
 
 
@@ -65,7 +80,5 @@ def make_matmul(deterministic: bool, device: torch.device) -> Matmul:
     if not deterministic:
         return DEFAULT_MATMUL
     if device.type == "cuda":
-        from radixserve.runtime.triton_matmul import TritonMatmul  # imports triton: CUDA only
-
         return TritonMatmul()
     return TiledMatmul()

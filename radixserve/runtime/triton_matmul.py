@@ -14,8 +14,6 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.runtime.matmul import Matmul
-
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 64
 NUM_WARPS, NUM_STAGES = 4, 3
 
@@ -99,13 +97,3 @@ def triton_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             num_stages=NUM_STAGES,
         )
     return y.view(*lead, n)
-
-
-class TritonMatmul(Matmul):
-    """Batch-invariant on CUDA: every `linear` is one fixed-config Triton kernel."""
-
-    name = "triton"
-    batch_invariant = True
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return triton_linear(x, weight, bias)
