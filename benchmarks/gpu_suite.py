@@ -12,7 +12,9 @@ On a CPU, a smoke run of every section with a tiny random Llama (seconds):
 `--only w5,pages,...` picks sections (names below). `--quantization fp8` runs every
 engine with FP8 weights (docs/fp8.md): each record then carries `"quantization": "fp8"`,
 its setting ends in " fp8", and the file is `h200_fp8.jsonl`; the transformers peer
-stays unquantized on the same weights. Each record is one JSON
+stays unquantized on the same weights. `--deterministic` likewise runs every engine with
+`EngineConfig(deterministic=True)` (docs/deterministic.md): records carry `"deterministic": true`,
+settings end in " deterministic", the file is `h200_deterministic.jsonl`. Each record is one JSON
 line in `<out>/h200.jsonl` (`suite_cpu.jsonl` on the CPU, `_quick` added
 for --quick), written as it is measured, with the commit and dirty flag the
 script takes itself and the command line that ran it; a table of every figure
@@ -147,6 +149,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="correctness on the models' first N layers (for shapes whose float32 twin does not fit)",
     )
+    ap.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="EngineConfig.deterministic of every engine (recorded; settings end in ' deterministic')",
+    )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
@@ -170,7 +177,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
     target = replace(
-        make_target(args.device), stream_interval=args.stream_interval, quantization=args.quantization
+        make_target(args.device),
+        stream_interval=args.stream_interval,
+        quantization=args.quantization,
+        deterministic=args.deterministic,
     )
     if args.set:
         target = replace(target, overrides=tuple(parse_override(kv) for kv in args.set))
@@ -192,8 +202,10 @@ def main(argv: list[str] | None = None) -> Path:
     )
     if target.quantization is not None:
         stem += f"_{target.quantization}"
+    if target.deterministic:
+        stem += "_deterministic"
     out = Path(args.out) / f"{args.name or stem}.jsonl"
-    rec = Recorder([out], target.device, target.dtype, args.quick, target.quantization)
+    rec = Recorder([out], target.device, target.dtype, args.quick, target.quantization, target.deterministic)
     head = rec.head
     # The command that reproduces these records (from the repository root; on the GPU machine
     # after `source scripts/gpu_env.sh`).

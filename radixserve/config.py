@@ -163,6 +163,11 @@ class EngineConfig:
     data_parallel_size: int | None = None
     data_parallel_devices: tuple[str, ...] | None = None
     router: RouterConfig = field(default_factory=RouterConfig)
+    # Batch-invariant computation (docs/deterministic.md): a request's tokens (greedy, or
+    # sampled with a seed) do not depend on what else runs in its steps, nor on how its
+    # prompt was chunked or cached. Linear layers and attention run kernels of one fixed
+    # shape per row (slower); no cascade attention, no CUDA graphs, no FP8, no FlashInfer.
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -217,6 +222,7 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
         _check_grammar_fields(self)
         _check_replica_fields(self)
+        _check_deterministic(self)
 
     @property
     def replicated(self) -> bool:
@@ -267,9 +273,32 @@ class EngineConfig:
             stream_interval=self.stream_interval,
             stream_gap_s=self.stream_interval_ms / 1e3,
             # None keeps the threshold: the engine's build turns grouping off where no graphs run it.
-            cascade_min_shared=0 if self.cascade_attention is False else self.cascade_min_shared,
+            # Deterministic: a cascade step's merge of shared-prefix and suffix partials is an
+            # order of sums that depends on who shares the prefix.
+            cascade_min_shared=0
+            if self.cascade_attention is False or self.deterministic
+            else self.cascade_min_shared,
             cascade_min_saved=self.cascade_min_saved,
         )
+
+
+def _check_deterministic(cfg: EngineConfig) -> None:
+    if not isinstance(cfg.deterministic, bool):
+        raise ValueError(f"EngineConfig.deterministic={cfg.deterministic!r}: use True or False")
+    if not cfg.deterministic:
+        return
+    if cfg.quantization is not None:
+        raise ValueError(
+            f"EngineConfig.deterministic=True with quantization={cfg.quantization!r}: the FP8 "
+            "product has no batch-invariant kernel; use quantization=None"
+        )
+    if cfg.attention_backend == "flashinfer":
+        raise ValueError(
+            "EngineConfig.deterministic=True with attention_backend='flashinfer': its prefill splits "
+            "a request's keys at the cached prefix (docs/deterministic.md); use 'auto', 'triton' or 'torch'"
+        )
+    if cfg.cascade_attention:
+        raise ValueError("EngineConfig.deterministic=True with cascade_attention=True: use None or False")
 
 
 def _check_grammar_fields(cfg: EngineConfig) -> None:

@@ -17,11 +17,13 @@ from radixserve.cache.kv_quant import KV_CACHE_DTYPES
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
+from radixserve.model.layers import use_matmul
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.fp8_linear import MIN_CAPABILITY
 from radixserve.runtime.kernels import KernelUse, make_kernels, use_kernels
+from radixserve.runtime.matmul import make_matmul
 from radixserve.runtime.runner import ModelRunner
 from radixserve.sched.scheduler import Scheduler
 
@@ -52,6 +54,12 @@ def _build(cfg: EngineConfig) -> EngineParts:
     kernels = make_kernels(cfg.layer_kernels, device, dtype)
     use_kernels(loaded.model, kernels)
     mc = loaded.config
+    if cfg.deterministic and mc.moe is not None and device.type == "cuda":
+        raise ValueError(
+            f"EngineConfig.deterministic=True: {cfg.model} is a mixture of experts, whose fused CUDA "
+            "kernel groups tokens by expert across the batch; deterministic MoE runs on the CPU only"
+        )
+    use_matmul(loaded.model, make_matmul(cfg.deterministic, device))
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
     pool_cfg = kv_pool_config(cfg, loaded, dtype, device)
     num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length)
@@ -68,6 +76,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
         mc.attn_scale,
         decode_kernel=cfg.decode_kernel,
         options=options,
+        deterministic=cfg.deterministic,
     )
     if options.min_window is not None and not attn.supports_windows:
         # Full attention equals windowed attention while no sequence is longer than the window.
@@ -89,7 +98,8 @@ def _build(cfg: EngineConfig) -> EngineParts:
     runner.warm_up([*attn.kernel_builds(sched_cfg.cascade_min_shared > 0), *kernels.kernel_builds(use)])
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
-    if cfg.cuda_graph and device.type == "cuda":
+    # Deterministic steps run eagerly: their attention plans on the host every step.
+    if cfg.cuda_graph and device.type == "cuda" and not cfg.deterministic:
         max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
         runner.enable_cuda_graphs(
             cfg.max_running_requests,

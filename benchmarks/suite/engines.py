@@ -39,6 +39,9 @@ class Target:
     # EngineConfig.quantization of every engine (gpu_suite --quantization fp8). The transformers
     # twin (peer.py) stays unquantized on the same weights: correctness then measures FP8's drift.
     quantization: str | None = None
+    # EngineConfig.deterministic of every engine (gpu_suite --deterministic): what W1 and the
+    # others cost with batch-invariant kernels (docs/deterministic.md).
+    deterministic: bool = False
 
     def name(self, spec: str) -> str:
         """The model's name in records: the shape without "dummy:", or the folder's name."""
@@ -53,6 +56,8 @@ class Target:
             base["stream_interval"] = self.stream_interval
         if self.quantization is not None:
             base["quantization"] = self.quantization
+        if self.deterministic:
+            base["deterministic"] = True
         base.update(self.overrides)
         base.update(kw)
         return EngineConfig(**base)

@@ -20,7 +20,13 @@ from benchmarks.common import _version, environment, format_table
 
 class Recorder:
     def __init__(
-        self, out_files: list[Path], device: str, dtype: str, quick: bool, quantization: str | None = None
+        self,
+        out_files: list[Path],
+        device: str,
+        dtype: str,
+        quick: bool,
+        quantization: str | None = None,
+        deterministic: bool = False,
     ) -> None:
         env = environment()  # taken once, when the run starts
         prov = env["provenance"]
@@ -45,6 +51,9 @@ class Recorder:
         if quantization is not None:
             self.head["quantization"] = quantization
             self.setting_suffix = quantization
+        if deterministic:  # likewise: "1000/1000 deterministic" (or "... fp8 deterministic")
+            self.head["deterministic"] = True
+            self.setting_suffix = f"{self.setting_suffix} deterministic".strip()
         if "env_commit" in prov:  # a copied tree's stale .git: what the caller says ran
             self.head["env_commit"] = prov["env_commit"]
         self.out_files = out_files

@@ -16,11 +16,10 @@ for it; it returns float32 logits only for the rows that need them.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixserve.model.config import ModelConfig
-from radixserve.model.layers import FusedLinear, Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
+from radixserve.model.layers import FusedLinear, Linear, MatmulUser, RMSNorm, RotaryEmbedding, VocabEmbedding
 from radixserve.model.moe import SparseMoE
 from radixserve.model.options import RopeConfig
 from radixserve.runtime.attention.base import AttentionBackend
@@ -190,7 +189,7 @@ class DecoderModel(nn.Module):
         return x if residual is None else residual + x
 
 
-class DecoderForCausalLM(nn.Module):
+class DecoderForCausalLM(MatmulUser):
     def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.config = config
@@ -216,7 +215,7 @@ class DecoderForCausalLM(nn.Module):
         # The norm is per row, so normalising only the wanted rows changes nothing but the cost.
         h = self.model.norm(h.index_select(0, rows))
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(h, weight).float()
+        logits = self.matmul.linear(h, weight).float()
         cap = self.config.final_logit_softcap
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap

@@ -21,6 +21,7 @@ from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
 from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, quantize_weight
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
+from radixserve.runtime.matmul import DEFAULT_MATMUL, Matmul
 
 
 def frozen_param(*shape: int, dtype: torch.dtype, fill: float | None = None) -> nn.Parameter:
@@ -57,7 +58,21 @@ class RMSNorm(nn.Module):
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
 
 
-class Linear(nn.Module):
+class MatmulUser(nn.Module):
+    """A module whose products go through `matmul` (runtime/matmul.py): the library's by
+    default, a batch-invariant one in deterministic mode (`use_matmul`)."""
+
+    matmul: Matmul = DEFAULT_MATMUL
+
+
+def use_matmul(model: nn.Module, matmul: Matmul) -> None:
+    """Point every product of `model` at `matmul`, once, after loading."""
+    for m in model.modules():
+        if isinstance(m, MatmulUser):
+            m.matmul = matmul
+
+
+class Linear(MatmulUser):
     """`y = x W^T + b`. The unit tensor parallelism will shard: a column-parallel
     linear keeps a slice of the output features, a row-parallel one a slice of
     the input features and all-reduces.
@@ -102,7 +117,7 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_scale is not None:
             return fp8_linear(x, self.weight, self.weight_scale, self.bias)
-        return F.linear(x, self.weight, self.bias)
+        return self.matmul.linear(x, self.weight, self.bias)
 
 
 class FusedLinear(Linear):

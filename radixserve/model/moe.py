@@ -17,16 +17,15 @@ expert (runtime/fused_moe.py), with no host sync, so CUDA graphs replay it.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixserve.model.config import ModelConfig
-from radixserve.model.layers import Linear, frozen_param
+from radixserve.model.layers import Linear, MatmulUser, frozen_param
 from radixserve.model.options import MoEConfig
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 
-class MoEExperts(nn.Module):
+class MoEExperts(MatmulUser):
     kernels: TorchKernels = TORCH_KERNELS
 
     def __init__(self, moe: MoEConfig, hidden_size: int, activation: str, dtype: torch.dtype) -> None:
@@ -63,9 +62,9 @@ class MoEExperts(nn.Module):
         hit[top_idx.flatten()] = True
         for e in hit.nonzero()[:, 0].tolist():
             tokens, slot = torch.where(top_idx == e)
-            h = F.linear(x[tokens], self.gate_up_proj[e])
+            h = self.matmul.linear(x[tokens], self.gate_up_proj[e])
             h = self._act_and_mul(h)
-            h = F.linear(h, self.down_proj[e]) * top_w[tokens, slot, None]
+            h = self.matmul.linear(h, self.down_proj[e]) * top_w[tokens, slot, None]
             out.index_add_(0, tokens, h.to(out.dtype))
         return out
 

@@ -65,6 +65,7 @@ def make_attention_backend(
     scale: float,
     decode_kernel: str = "auto",
     options: AttentionOptions | None = None,
+    deterministic: bool = False,
 ) -> AttentionBackend:
     """Build the attention backend `name` for `pool`.
 
@@ -76,11 +77,14 @@ def make_attention_backend(
     runs Triton's kernels for both halves (`_triton_hybrid`), unless `decode_kernel` is
     "flashinfer" (or triton is missing): that keeps FlashInfer's kernels, which refuse a
     soft-capped model and ignore windows (the engine caps the context instead).
+    `deterministic`: the batch-invariant backends (`invariant_backend`).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     args = (pool, num_heads, num_kv_heads, head_dim, scale)
     on_gpu = torch.device(pool.config.device).type == "cuda"
+    if deterministic:
+        return invariant_backend(name, *args, options)
     if name == "auto":
         if on_gpu and pool.config.attn_dtype in (torch.float16, torch.bfloat16) and _flashinfer_importable():
             name = "flashinfer"
@@ -113,3 +117,32 @@ def make_attention_backend(
     except ImportError as e:
         raise RuntimeError(str(e)) from e
     return flashinfer_attention(*args, decode_kernel=decode_kernel)
+
+
+def invariant_backend(
+    name: str,
+    pool: KVPool,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    scale: float,
+    options: AttentionOptions | None,
+) -> AttentionBackend:
+    """The batch-invariant backend for `name`: "torch" (the CPU's), "triton" (CUDA's; "auto"
+    picks it where a CUDA pool and triton are there, else "torch"). FlashInfer has none: its
+    prefill attends the cached prefix and the new tokens as two parts merged by their
+    log-sum-exp, a sum order that moves with every chunk boundary (docs/deterministic.md)."""
+    args = (pool, num_heads, num_kv_heads, head_dim, scale)
+    if name == "flashinfer":
+        raise ValueError("deterministic mode has no FlashInfer backend; use 'auto', 'triton' or 'torch'")
+    on_gpu = torch.device(pool.config.device).type == "cuda"
+    if name == "auto":
+        name = "triton" if on_gpu and importlib.util.find_spec("triton") is not None else "torch"
+    if name == "torch":
+        from radixserve.runtime.attention.torch_invariant import InvariantTorchAttention
+
+        return InvariantTorchAttention(*args, options=options)
+    _check_triton(pool)
+    from radixserve.runtime.attention.triton_invariant import InvariantTritonAttention
+
+    return InvariantTritonAttention(*args, options=options)

@@ -1,0 +1,137 @@
+"""Batch-invariant attention in plain PyTorch (`EngineConfig(deterministic=True)` on the CPU).
+
+Each new token attends on its own to keys 0..its position, in key tiles of
+`KV_TILE` aligned to position 0, so its sums never depend on the batch, on the
+padding of other rows, nor on how its prompt was cut into chunks or a cached
+prefix. Every reduction has a fixed length and order:
+
+- logits: `(q * k).sum(-1)` over the head dim. Not a matmul: BLAS reduces a
+  row differently by the number of rows (measured, see runtime/matmul.py),
+  while an elementwise product and a last-dim sum treat each row alike whatever
+  the leading size (measured too).
+- softmax: the max over every visible key (exact in any order), then per tile
+  the sum of `exp(s - max)` over `KV_TILE` entries and the weighted values over
+  the same tile, added to the running totals tile after tile. Tiles past a
+  token's position would add exact zeros, so each tile runs only for the tokens
+  that reach it.
+
+Costs far more than SDPA (products are materialised per tile, every token gathers
+its own keys); it exists to make the CPU's results reproducible, not fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, LayerOptions
+from radixserve.runtime.attention.invariant_rows import token_positions
+from radixserve.runtime.forward_batch import ForwardBatch
+
+KV_TILE = 32
+
+_Tile = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # rows [Tt], slots [Tt, KV_TILE], key positions
+VisibleFn = Callable[[int, int | None], torch.Tensor]  # (tile, window) -> [Tt, KV_TILE] bool
+
+
+class InvariantTorchAttention(AttentionBackend):
+    name = "torch-invariant"
+
+    @property
+    def supports_windows(self) -> bool:
+        return True
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        return True
+
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        options: AttentionOptions | None = None,
+    ) -> None:
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+
+    def plan(self, batch: ForwardBatch) -> None:
+        # The tiles are the same for every layer: built once per step from host lengths.
+        pos, start = token_positions(batch)
+        device = batch.kv_indices.device
+        self._pos = torch.from_numpy(pos).to(device)
+        self._tiles: list[_Tile] = []
+        self._masks: dict[tuple[int, int | None], torch.Tensor] = {}
+        offs = np.arange(KV_TILE, dtype=np.int64)
+        for t0 in range(0, int(pos.max()) + 1 if len(pos) else 0, KV_TILE):
+            rows = np.flatnonzero(pos >= t0)  # the tokens whose context reaches this tile
+            keys = t0 + offs
+            idx = np.where(keys[None, :] <= pos[rows, None], start[rows, None] + keys[None, :], 0)
+            slots = batch.kv_indices[torch.from_numpy(idx).to(device)].long()
+            self._tiles.append((torch.from_numpy(rows).to(device), slots, torch.from_numpy(keys).to(device)))
+
+    def _visible(self, i: int, window: int | None) -> torch.Tensor:
+        """`[Tt, KV_TILE]`: which keys of tile i each of its tokens sees."""
+        if (i, window) not in self._masks:
+            rows, _, keys = self._tiles[i]
+            p = self._pos[rows][:, None]
+            mask = keys[None, :] <= p
+            if window is not None:
+                mask &= keys[None, :] > p - window
+            self._masks[i, window] = mask
+        return self._masks[i, window]
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        self.pool.write(layer, batch.out_slots, k, v)
+        k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
+        t, hq, d = q.shape
+        hk = self.num_kv_heads
+        qg = q.float().view(t, hk, hq // hk, d).contiguous()
+        return (
+            invariant_attention(
+                qg, (k_buf, v_buf), self._tiles, self._visible, self.scale, self.layer_options[layer]
+            )
+            .view(t, hq, d)
+            .to(q.dtype)
+        )
+
+
+def invariant_attention(
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    tiles: list[_Tile],
+    visible: VisibleFn,
+    scale: float,
+    opts: LayerOptions,
+) -> torch.Tensor:
+    """q `[T, Hkv, G, D]` float32 over the pool buffers `kv` (`[S, Hkv, D]`) -> `[T, Hkv, G, D]`."""
+    k_buf, v_buf = kv
+    neg_inf = float("-inf")
+    row_max = q.new_full(q.shape[:-1], neg_inf)
+    logits: list[torch.Tensor] = []
+    for i, (rows, slots, _) in enumerate(tiles):
+        keys = k_buf[slots].float().transpose(1, 2).contiguous()  # [Tt, Hkv, KV_TILE, D]
+        s = (q[rows][:, :, :, None, :] * keys[:, :, None, :, :]).sum(-1) * scale  # [Tt, Hkv, G, KV_TILE]
+        if opts.softcap is not None:
+            s = torch.tanh(s / opts.softcap) * opts.softcap
+        s = s.masked_fill(~visible(i, opts.window)[:, None, None, :], neg_inf)
+        row_max[rows] = torch.maximum(row_max[rows], s.amax(-1))
+        logits.append(s)
+    total = torch.zeros_like(row_max)
+    acc = torch.zeros_like(q)
+    for i, ((rows, slots, _), s) in enumerate(zip(tiles, logits)):
+        e = torch.exp(s - row_max[rows][..., None])  # exactly 0 where masked
+        seen = visible(i, opts.window)[:, :, None, None]
+        # Unseen slots may hold anything (padding reads slot 0): zero them, so 0 * value is 0.
+        vals = v_buf[slots].float().masked_fill(~seen, 0.0).transpose(1, 2).contiguous()
+        total[rows] = total[rows] + e.sum(-1)
+        acc[rows] = acc[rows] + (e[..., None] * vals[:, :, None, :, :]).sum(-2)
+    return acc / total[..., None]

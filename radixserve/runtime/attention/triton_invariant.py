@@ -1,0 +1,213 @@
+"""Batch-invariant attention in Triton (`EngineConfig(deterministic=True)` on CUDA).
+
+One program per (new token, KV head): the token's query heads of that KV head
+attend to its request's keys 0..its position, in `BLOCK_N` tiles aligned to
+position 0, through the shared online softmax (`triton_softmax.attend_tile`).
+The tiles a token walks depend on its position alone, never on the batch, on
+its request's other tokens in the step, nor on how its prompt was split into
+chunks or a cached prefix: a prefill token and the same token decoded later
+sum in the same order. Every launch is the same compiled kernel (no split-K,
+no per-batch tiling; decode and extend alike), so the order is fixed.
+
+It costs: no key tile is shared between a request's tokens (a prefill chunk
+reads its context once per token) and decode has no split-K for long contexts.
+Decode steps run eagerly (no CUDA graphs; `decode_graphs()` is None).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radixserve.cache.kv_pool import KVPool
+from radixserve.host_copy import to_device
+from radixserve.runtime.attention import kv_store
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, LayerOptions
+from radixserve.runtime.attention.invariant_rows import token_positions
+from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
+from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
+from radixserve.runtime.forward_batch import ForwardBatch
+
+
+@triton.jit(do_not_specialize=["window"])
+def _token_attention_kernel(
+    Q,
+    K,
+    V,
+    kv_indices,
+    Pos,
+    Start,
+    Out,
+    sm_scale_log2,
+    stride_qt,
+    stride_qh,
+    stride_kn,
+    stride_kh,
+    stride_vn,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    window,
+    cap_log2,
+    GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program: new token t, KV head hk; keys 0..Pos[t] at kv_indices[Start[t]:]."""
+    t = tl.program_id(0)
+    hk = tl.program_id(1)
+    pos = tl.load(Pos + t)
+    start = tl.load(Start + t)
+    first = 0
+    if HAS_WINDOW:  # the window's first tile, still aligned to position 0
+        first = (tl.maximum(pos + 1 - window, 0) // BLOCK_N) * BLOCK_N
+
+    offs_g = tl.arange(0, BLOCK_H)
+    offs_h = hk * GROUP + offs_g
+    h_mask = offs_g < GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
+        mask=h_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    for key0 in range(first, pos + 1, BLOCK_N):
+        offs_n = key0 + tl.arange(0, BLOCK_N)
+        n_mask = offs_n <= pos
+        if HAS_WINDOW:
+            n_mask &= offs_n > pos - window
+        slots = tl.load(kv_indices + start + offs_n, mask=n_mask, other=0).to(tl.int64)
+        m_i, l_i, acc = attend_tile(
+            q,
+            K + hk * stride_kh,
+            V + hk * stride_vh,
+            slots,
+            n_mask,
+            n_mask[None, :],
+            stride_kn,
+            stride_vn,
+            offs_d,
+            d_mask,
+            sm_scale_log2,
+            cap_log2,
+            m_i,
+            l_i,
+            acc,
+            DOT_PRECISION,
+            HAS_SOFTCAP,
+        )
+    out, _ = normalized(acc, l_i, m_i)
+    tl.store(
+        Out + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
+        out.to(Out.dtype.element_ty),
+        mask=h_mask[:, None] & d_mask[None, :],
+    )
+
+
+def token_attention(
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    kv_indices: torch.Tensor,
+    rows: tuple[torch.Tensor, torch.Tensor],
+    sm_scale: float,
+    block_n: int,
+    opts: LayerOptions,
+) -> torch.Tensor:
+    """q `[T, Hq, D]` over the layer's pool buffers `kv` (`[S, Hkv, D]`); `rows`: each token's
+    position and context start in `kv_indices` (int32 `[T]` each) -> `[T, Hq, D]`."""
+    k_pool, v_pool = kv
+    q = check_qkv(q, k_pool, v_pool)
+    out = torch.empty_like(q)
+    t, num_heads, head_dim = q.shape
+    if not t:
+        return out
+    num_kv_heads = k_pool.shape[1]
+    group = num_heads // num_kv_heads
+    _token_attention_kernel[(t, num_kv_heads)](
+        q,
+        k_pool,
+        v_pool,
+        kv_indices,
+        rows[0],
+        rows[1],
+        out,
+        sm_scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k_pool.stride(0),
+        k_pool.stride(1),
+        v_pool.stride(0),
+        v_pool.stride(1),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),  # tl.dot needs 16 rows
+        HEAD_DIM=head_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_N=block_n,
+        DOT_PRECISION=dot_precision(q.dtype),
+        num_warps=4,
+        **layer_args(opts),
+    )
+    return out
+
+
+class InvariantTritonAttention(AttentionBackend):
+    name = "triton-invariant"
+
+    @property
+    def supports_windows(self) -> bool:
+        return True
+
+    @property
+    def supports_logit_softcap(self) -> bool:
+        return True
+
+    def __init__(
+        self,
+        pool: KVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        options: AttentionOptions | None = None,
+    ) -> None:
+        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+        on_gpu = torch.device(pool.config.device).type == "cuda"
+        # The interpreter's cost is per program step: small tiles there. One size per engine.
+        self._block_n = (32 if pool.config.dtype == torch.float32 else 64) if on_gpu else 16
+        self._device = torch.device(pool.config.device)
+
+    def plan(self, batch: ForwardBatch) -> None:
+        pos, start = token_positions(batch)
+        # One pinned copy per array, queued on the stream (host_copy): no sync.
+        self._rows = (to_device(pos, torch.int32, self._device), to_device(start, torch.int32, self._device))
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        kv_store.store_kv(self.pool, layer, batch.out_slots, k, v)
+        k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
+        qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
+        out = token_attention(
+            qc,
+            (k_buf, v_buf),
+            batch.kv_indices,
+            self._rows,
+            self.scale,
+            self._block_n,
+            self.layer_options[layer],
+        )
+        return out if out.dtype == q.dtype else out.to(q.dtype)

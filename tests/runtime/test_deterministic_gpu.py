@@ -1,0 +1,92 @@
+"""`EngineConfig(deterministic=True)` on CUDA with the Triton backend (FlashInfer is refused
+there). GPU only; the CPU side is tests/runtime/test_deterministic.py and
+tests/engine/test_deterministic.py. The Triton linear's rows and the invariant Triton
+attention's tokens keep their bits whatever the batch, and 64 prompts give the same tokens
+alone as among 64 other requests with small chunks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from radixserve import AsyncEngine, EngineConfig, SamplingParams
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_triton_linear_rows_do_not_depend_on_the_batch(dtype: torch.dtype) -> None:
+    from radixserve.runtime.triton_matmul import triton_linear
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = (torch.randn(4096, 2048, device="cuda", generator=gen) * 0.02).to(dtype)
+    x = torch.randn(1024, 2048, device="cuda", generator=gen).to(dtype)
+    alone = triton_linear(x[:1], w)
+    for m in (1, 3, 17, 64, 255, 1024):
+        y = triton_linear(x[:m], w)
+        assert torch.equal(y[:1], alone), m
+        ref = torch.nn.functional.linear(x[:m].float(), w.float())
+        assert float((y.float() - ref).norm() / ref.norm()) < (1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
+def test_invariant_triton_attention_on_cuda() -> None:
+    from deterministic_cases import HKV, HQ, D, invariance_case, option_cases
+
+    from radixserve.runtime.attention.triton_invariant import InvariantTritonAttention
+
+    for opts in option_cases().values():
+        res = invariance_case(
+            lambda pool, o: InvariantTritonAttention(pool, HQ, HKV, D, D**-0.5, o), opts, device="cuda"
+        )
+        assert res["chunked_vs_whole"] == 0.0 and res["decoded_vs_whole"] == 0.0, res
+
+
+def _prompts(n: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(10, 30000, (int(torch.randint(8, 300, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("backend", ["triton"])
+def test_64_prompts_same_tokens_alone_and_in_batches(backend: str) -> None:
+    targets, others = _prompts(64, 1), _prompts(64, 2)
+
+    def params(i: int) -> SamplingParams:
+        if i % 2:
+            return SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=32, ignore_eos=True)
+        return SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+
+    async def alone() -> list[list[int]]:
+        cfg = EngineConfig(deterministic=True, attention_backend=backend, enable_radix_cache=False)
+        async with AsyncEngine(cfg) as e:
+            return [list((await e.complete(p, params(i))).token_ids) for i, p in enumerate(targets)]
+
+    async def batched() -> list[list[int]]:
+        cfg = EngineConfig(
+            deterministic=True, attention_backend=backend, chunked_prefill_size=64, mixed_prefill_tokens=32
+        )
+        async with AsyncEngine(cfg) as e:
+            await asyncio.gather(
+                *(e.complete(p[: len(p) // 2], SamplingParams(max_tokens=1)) for p in targets)
+            )
+
+            async def one(k: int, p: list[int], sp: SamplingParams) -> list[int]:
+                await asyncio.sleep(0.005 * (k % 7))
+                return list((await e.complete(p, sp)).token_ids)
+
+            jobs = [one(i, p, params(i)) for i, p in enumerate(targets)]
+            jobs += [
+                one(i, p, SamplingParams(temperature=0.7, max_tokens=5 + i % 40))
+                for i, p in enumerate(others)
+            ]
+            return list(await asyncio.gather(*jobs))[: len(targets)]
+
+    ref, got = asyncio.run(alone()), asyncio.run(batched())
+    assert [i for i, (a, b) in enumerate(zip(ref, got)) if a != b] == []
