@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, LayerOptions
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -39,6 +39,9 @@ VisibleFn = Callable[[int, int | None], torch.Tensor]  # (tile, window) -> [Tt, 
 
 class InvariantTorchAttention(AttentionBackend):
     name = "torch-invariant"
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        return []  # plain PyTorch ops: nothing compiles
 
     @property
     def supports_windows(self) -> bool:

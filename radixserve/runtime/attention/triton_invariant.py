@@ -23,10 +23,11 @@ import triton.language as tl
 from radixserve.cache.kv_pool import KVPool
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention import kv_store
-from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, LayerOptions
+from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
+from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
 
 
@@ -189,6 +190,11 @@ class InvariantTritonAttention(AttentionBackend):
         # The interpreter's cost is per program step: small tiles there. One size per engine.
         self._block_n = (32 if pool.config.dtype == torch.float32 else 64) if on_gpu else 16
         self._device = torch.device(pool.config.device)
+
+    def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
+        """The one kernel, per layer variant, from a prefill and from a decode step (no cascade)."""
+        builds = per_layer_option(self, "triton invariant", "extend")
+        return builds + per_layer_option(self, "triton invariant", "decode")
 
     def plan(self, batch: ForwardBatch) -> None:
         pos, start = token_positions(batch)
