@@ -292,6 +292,11 @@ def _check_deterministic(cfg: EngineConfig) -> None:
             f"EngineConfig.deterministic=True with quantization={cfg.quantization!r}: the FP8 "
             "product has no batch-invariant kernel; use quantization=None"
         )
+    if cfg.kv_cache_dtype != "auto":
+        raise ValueError(
+            f"EngineConfig.deterministic=True with kv_cache_dtype={cfg.kv_cache_dtype!r}: the "
+            "batch-invariant attention reads the model's dtype; use kv_cache_dtype='auto'"
+        )
     if cfg.attention_backend == "flashinfer":
         raise ValueError(
             "EngineConfig.deterministic=True with attention_backend='flashinfer': its prefill splits "

@@ -106,6 +106,7 @@ def _token_attention_kernel(
             acc,
             DOT_PRECISION,
             HAS_SOFTCAP,
+            False,  # KV_FP8: deterministic mode keeps the model's KV dtype (config.py refuses FP8)
         )
     out, _ = normalized(acc, l_i, m_i)
     tl.store(
