@@ -167,7 +167,7 @@ def test_a_backend_without_windows_caps_the_context_at_the_window(
         def supports_windows(self) -> bool:
             return False
 
-    def no_windows(name: str, pool: Any, *args: Any, decode_kernel: str, options: Any) -> NoWindows:
+    def no_windows(name: str, pool: Any, *args: Any, **kw: Any) -> NoWindows:  # kw: the backend's choices
         return NoWindows(pool, *args)
 
     with monkeypatch.context() as m:
