@@ -8,28 +8,32 @@ few indexed writes whose indices are copied without stalling the stream.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from radixserve.host_copy import to_device
 
-if TYPE_CHECKING:
-    from radixserve.runtime.sampler import SamplingInputs
 
-
-def apply_host_edits(logits: torch.Tensor, inp: SamplingInputs, vocab_size: int) -> None:
-    """Edit `logits` [n, vocab] float32 in place: biases, then suppressed ids, then the bitmask."""
+def apply_host_edits(
+    logits: torch.Tensor,
+    bias: list[tuple[int, Mapping[int, float]]],
+    suppress: list[tuple[int, tuple[int, ...]]],
+    bitmask: torch.Tensor | None,
+    bitmask_rows: list[int] | None,
+    vocab_size: int,
+) -> None:
+    """Edit `logits` [n, vocab] float32 in place: each (row index, logit_bias) of `bias`, then
+    each (row index, ids) of `suppress` to -inf, then the xgrammar `bitmask` of `bitmask_rows`."""
     device = logits.device
-    for i in inp.bias:
-        b = inp.params[i].logit_bias
-        logits[i, to_device(list(b), torch.int64, device)] += to_device(
-            list(b.values()), torch.float32, device
-        )
-    for i, ids in inp.suppress:
+    for i, b in bias:
+        biased = to_device(list(b), torch.int64, device)
+        logits[i, biased] += to_device(list(b.values()), torch.float32, device)
+    for i, ids in suppress:
         logits[i, to_device(ids, torch.int64, device)] = float("-inf")
-    if inp.bitmask is not None:
-        _apply_bitmask(logits, inp.bitmask, inp.bitmask_rows, vocab_size)
+    if bitmask is not None:
+        _apply_bitmask(logits, bitmask, bitmask_rows, vocab_size)
 
 
 def _apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, rows: list[int] | None, vocab_size: int) -> None:

@@ -237,7 +237,8 @@ class Sampler:
         if penalties:
             self.penalize(logits, rows)
         if inp.host_edits:
-            apply_host_edits(logits, inp, self.vocab_size)
+            bias = [(i, inp.params[i].logit_bias) for i in inp.bias]
+            apply_host_edits(logits, bias, inp.suppress, inp.bitmask, inp.bitmask_rows, self.vocab_size)
         if inp.all_greedy:
             next_ids = logits.argmax(dim=-1)
         else:
