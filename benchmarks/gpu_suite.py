@@ -23,8 +23,9 @@ the transformers peer runs in the same process on the same weights.
 
 Sections (model; seconds on one H200, estimated from earlier runs):
 correctness (tiny, qwen2.5-0.5b, llama-3.1-8b; ~80), w1 (both, with the
-peer's sweep; ~150), w2 (llama; ~25), w3 (qwen; ~45), w4 (llama, mixed steps and
-prefill first, each with its W1; ~150), w5
+peer's sweep; ~150), w1s (both: W1 sampled at temperature 0.8, top_p 0.95,
+seeded, and greedy W1 again on the same engine; ~60), w2 (llama; ~25), w3 (qwen; ~45),
+w4 (llama, mixed steps and prefill first, each with its W1; ~150), w5
 (llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90),
 cold (both: start() with an empty FlashInfer workspace, then 256 W1 requests streamed, TTFT
 p50 of that first burst; suite/cold.py).
@@ -55,7 +56,7 @@ from benchmarks.suite.context import Ctx, Sizes  # noqa: E402
 from benchmarks.suite.engines import free_memory, make_target  # noqa: E402
 from benchmarks.suite.report import Recorder  # noqa: E402
 
-SECTIONS = ("correctness", "w1", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
+SECTIONS = ("correctness", "w1", "w1s", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -91,6 +92,7 @@ def plan(ctx: Ctx, only: set[str], correctness_layers: int = 0) -> list[tuple[st
             steps.append(("correctness", partial(corr.correctness, ctx, small, ["torch"])))
     sections: list[tuple[str, Callable[[Ctx, str], None], list[str]]] = [
         ("w1", workloads.w1, models),
+        ("w1s", workloads.w1_sampled, models),
         ("w2", workloads.w2, [large]),
         ("w3", workloads.w3, [small]),
         ("w4", workloads.w4, [large]),

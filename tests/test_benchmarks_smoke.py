@@ -263,6 +263,7 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
         "pages",
         "chunks",
         "W1-cold",
+        "W1-sampled",
     }
 
     def get(workload: str, setting: str, metric: str) -> dict[str, Any]:

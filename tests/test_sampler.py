@@ -13,6 +13,11 @@ from radixserve.sampling_params import SamplingParams
 V = 100
 
 
+def at(*positions: int) -> torch.Tensor:
+    """The positions of the rows' last input tokens (they key the sampled rows' noise)."""
+    return torch.tensor(positions, dtype=torch.int64)
+
+
 def inputs(params: list[SamplingParams], **kw: object) -> SamplingInputs:
     n = len(params)
     return SamplingInputs.from_requests(
@@ -29,7 +34,7 @@ def test_bitmask_restricts_every_row_to_its_allowed_tokens() -> None:
     mask[1, 1] = (1 << 3) | (1 << 5)  # row 1: tokens 35 and 37
     inp = inputs([SamplingParams(temperature=0), SamplingParams(temperature=1.0, seed=1)])
     inp.bitmask = mask
-    out = sampler(logits, inp).next_ids.tolist()
+    out = sampler(logits, inp, positions=at(3, 3)).next_ids.tolist()
     assert out[0] == 7 and out[1] in (35, 37)
 
 
@@ -39,7 +44,7 @@ def test_greedy_rows_take_the_argmax_in_a_sampled_batch() -> None:
     inp = inputs(
         [SamplingParams(temperature=0), SamplingParams(temperature=2.0), SamplingParams(temperature=0)]
     )
-    out = sampler(logits, inp).next_ids
+    out = sampler(logits, inp, positions=at(0, 1, 2)).next_ids
     assert out[0] == logits[0].argmax() and out[2] == logits[2].argmax()
 
 
@@ -70,7 +75,7 @@ def test_non_finite_rows_are_invalid_but_a_minus_inf_entry_is_not(path: str) -> 
     logits[3] = float("-inf")
     logits[4, ::2] = float("-inf")  # probability 0 for every even id; the rest is a fine row
     sampler = Sampler(V, 5, torch.device("cpu"))
-    out = sampler(logits, inputs([FAULT_PATHS[path]] * 5)).next_ids.tolist()
+    out = sampler(logits, inputs([FAULT_PATHS[path]] * 5), positions=at(*range(5))).next_ids.tolist()
     assert out[1:4] == [INVALID_TOKEN] * 3
     assert out[0] >= 0 and out[4] >= 0 and out[4] % 2 == 1
     if path != "sampled":
@@ -80,10 +85,10 @@ def test_non_finite_rows_are_invalid_but_a_minus_inf_entry_is_not(path: str) -> 
 def test_seeded_draws_ignore_the_rest_of_the_batch() -> None:
     logits = torch.randn(1, V)
     p = SamplingParams(temperature=1.0, seed=42)
-    alone = Sampler(V, 4, torch.device("cpu"))(logits, inputs([p])).next_ids[0]
+    alone = Sampler(V, 4, torch.device("cpu"))(logits, inputs([p]), positions=at(9)).next_ids[0]
     batch = torch.cat([torch.randn(2, V), logits])
     mixed = Sampler(V, 4, torch.device("cpu"))(
-        batch, inputs([SamplingParams(), SamplingParams(), p])
+        batch, inputs([SamplingParams(), SamplingParams(), p]), positions=at(4, 30, 9)
     ).next_ids[2]
     assert alone == mixed
 
@@ -93,7 +98,11 @@ def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
     logits = torch.full((1, V), -30.0)
     logits[0, 3], logits[0, 4] = 5.0, 4.9  # two tokens hold almost all the mass
     seen = {
-        int(sampler(logits, inputs([SamplingParams(temperature=1.0, top_p=0.5, seed=s)])).next_ids[0])
+        int(
+            sampler(
+                logits, inputs([SamplingParams(temperature=1.0, top_p=0.5, seed=s)]), positions=at(0)
+            ).next_ids[0]
+        )
         for s in range(20)
     }
     assert seen == {3}
@@ -138,7 +147,13 @@ def _serve_one_at_a_time(params: list[SamplingParams]) -> list[list[int]]:
         assert isinstance(batch, Batch)
         sampling_reqs = [r for r, s in zip(batch.reqs, batch.sample) if s]
         logits = torch.stack([_context_logits(r.all_ids) for r in sampling_reqs]) if sampling_reqs else None
-        ids = sampler(logits, batch.step.sampling).next_ids.tolist() if logits is not None else []
+        last = batch.step.prefix_lens + batch.step.extend_lens - 1  # each request's last token
+        positions = torch.as_tensor(last[[i for i, s in enumerate(batch.sample) if s]])
+        ids = (
+            sampler(logits, batch.step.sampling, positions=positions).next_ids.tolist()
+            if logits is not None
+            else []
+        )
         sched.process(batch, StepResult(next_ids=ids))
     sched.check_integrity()
     return [r.output_ids for r in reqs]

@@ -143,13 +143,25 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
 
 
+def sampled(n: int, seed: int) -> SamplingParams:
+    """W1's sampled setting: temperature 0.8, top_p 0.95, a seed per request."""
+    return SamplingParams(temperature=0.8, top_p=0.95, seed=seed, max_tokens=n, ignore_eos=True)
+
+
 def run_offline(
-    engine: AsyncEngine, loop: asyncio.AbstractEventLoop, reqs: list[tuple[list[int], int]]
+    engine: AsyncEngine,
+    loop: asyncio.AbstractEventLoop,
+    reqs: list[tuple[list[int], int]],
+    sample: bool = False,
 ) -> float:
-    """`complete()` every request at once: output tokens per second, first submit to last token."""
+    """`complete()` every request at once: output tokens per second, first submit to last token.
+    `sample`: each request samples (`sampled`, seeded by its index) instead of greedy."""
+
+    def params(i: int, n: int) -> SamplingParams:
+        return sampled(n, seed=i) if sample else greedy(n)
 
     async def go() -> int:
-        outs = await asyncio.gather(*(engine.complete(ids, greedy(n)) for ids, n in reqs))
+        outs = await asyncio.gather(*(engine.complete(ids, params(i, n)) for i, (ids, n) in enumerate(reqs)))
         return sum(len(one(o).token_ids) for o in outs)
 
     t0 = time.perf_counter()

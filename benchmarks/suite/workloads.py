@@ -131,6 +131,24 @@ def w1(ctx: Ctx, spec: str) -> None:
     )
 
 
+def w1_sampled(ctx: Ctx, spec: str) -> None:
+    """W1 sampled (temperature 0.8, top_p 0.95, seeded: engines.sampled) beside greedy W1 on the
+    same engine and card, so the ratio is what sampling costs (sampled CUDA graphs on GPUs)."""
+    t, s, rec = ctx.target, ctx.sizes, ctx.rec
+    name = t.name(spec)
+    reqs = w1_requests(s.w1_n, s.w1_lo, s.w1_hi, t.vocab(spec))
+    tps: dict[bool, float] = {}
+    with running_engine(t.config(spec)) as (engine, loop):
+        run_offline(engine, loop, reqs[:8], sample=True)  # warm-up: kernels, allocator
+        for sample in (False, True):
+            loop.run_until_complete(engine.flush_cache())
+            tps[sample] = run_offline(engine, loop, reqs, sample=sample)
+    setting = "radixserve complete() temperature=0.8 top_p=0.95 seeded"
+    rec("W1-sampled", name, setting, "output_tok_s", tps[True], requests=len(reqs))
+    rec("W1-sampled", name, "radixserve complete() greedy, same engine", "output_tok_s", tps[False])
+    rec("W1-sampled", name, "sampled/greedy", "ratio", tps[True] / tps[False])
+
+
 def w2(ctx: Ctx, spec: str) -> None:
     t, rec = ctx.target, ctx.rec
     name = t.name(spec)

@@ -5,8 +5,8 @@ runner's CUDA stream (on the CPU it simply runs) and returns a `StepHandle` at
 once. The step's forward batch is made here (runtime/step_batch.py): a decode
 step's on the device from the device copy of the request-to-slot table, or by
 the fill kernel of a CUDA graph that replays it; the fast paths (decode
-graphs, greedy graphs, cascade graphs, extend graphs) are this class's
-choice per step, not layouts the scheduler knows of. The sampled ids land in an
+graphs, greedy and sampled graphs, cascade graphs, extend graphs) are this
+class's choice per step, not layouts the scheduler knows of. The sampled ids land in an
 on-device buffer indexed by request row, from which the next step takes the
 input token of every request whose previous token is still in flight; their
 host copy is started without blocking and read by `StepHandle.result()`, the one
@@ -27,7 +27,9 @@ from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.warm_batches import tiny_batch
 from radixserve.runtime.cuda_graph import DecodeGraphs, supports_graphs
 from radixserve.runtime.extend_graphs import ExtendGraphs
+from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.greedy_graphs import GreedyGraphs
+from radixserve.runtime.sampled_graphs import SampledGraphs
 from radixserve.runtime.sampler import SampleOutput, Sampler, SamplingInputs
 from radixserve.runtime.step import StepInput
 from radixserve.runtime.step_batch import build_forward_batch
@@ -82,7 +84,10 @@ class Forwarded:
     prompt_lp_targets: list[int] | None
     prompt_top_k: int
     rows: torch.Tensor | None = None  # the sampling rows on the device, when the forward had them
-    # The decode inputs of a step the decode graphs ran (`run_decode`): its greedy graph can sample it.
+    # [n] int64 on the device: the position of each sampling row's last input token (keys its noise)
+    positions: torch.Tensor | None = None
+    # The decode inputs of a step the decode graphs ran (`run_decode`): its greedy or sampled
+    # graph can sample it.
     graph_decode: StepInput | None = None
 
 
@@ -118,6 +123,7 @@ class ModelRunner:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.graphs: DecodeGraphs | None = None
         self.greedy_graphs: GreedyGraphs | None = None
+        self.sampled_graphs: SampledGraphs | None = None
         self.extend_graphs: ExtendGraphs | None = None
         # Test hook (radixserve.testing.inject_faults): sees each step's logits, may raise or edit them.
         self.fault_hook: FaultHook | None = None
@@ -167,6 +173,8 @@ class ModelRunner:
         if self.graphs.device_inputs:
             self.greedy_graphs = GreedyGraphs(self.graphs, self.sampler.vocab_size, self.last_tokens)
             self.greedy_graphs.capture(self.stream)
+            self.sampled_graphs = SampledGraphs(self.graphs, self.sampler, self.last_tokens)
+            self.sampled_graphs.capture(self.stream, pool)
         return True
 
     def launch(self, step: StepInput) -> StepHandle:
@@ -176,12 +184,14 @@ class ModelRunner:
         """Enqueue the forward pass only; `sample()` finishes the step (structured output
         fills its bitmask in between, once the previous step's tokens are known)."""
         with self._on_stream():
-            logits, rows, graph_decode = self._forward(step)
+            logits, rows, positions, graph_decode = self._forward(step)
             self.launches += 1
             if self.fault_hook is not None:  # tests: radixserve.testing.inject_faults
                 logits = self.fault_hook(self.launches, logits, step.sampling)
                 graph_decode = None  # the hook's logits, not the graph's buffer, are the step's
-        return Forwarded(logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k, rows, graph_decode)
+        return Forwarded(
+            logits, step.sampling, step.prompt_lp_targets, step.prompt_top_k, rows, positions, graph_decode
+        )
 
     def sample(
         self, fwd: Forwarded, bitmask: torch.Tensor | None = None, bitmask_rows: list[int] | None = None
@@ -190,21 +200,25 @@ class ModelRunner:
         if bitmask is not None:
             fwd.sampling.bitmask, fwd.sampling.bitmask_rows = bitmask, bitmask_rows
         with self._on_stream():
-            greedy = self._graph_greedy(fwd)
-            if greedy is not None:
-                return self._handle(StepHandle(next_ids=_to_host(greedy), event=None))
-            return self._sample(fwd.logits, fwd.sampling, fwd.prompt_lp_targets, fwd.prompt_top_k, fwd.rows)
+            graphed = self._graph_sample(fwd)
+            if graphed is not None:
+                return self._handle(StepHandle(next_ids=_to_host(graphed), event=None))
+            return self._sample(fwd)
 
     @torch.inference_mode()
-    def _graph_greedy(self, fwd: Forwarded) -> torch.Tensor | None:
-        """The step's greedy ids from its greedy graph (greedy_graphs.py), when the decode
-        graphs ran it and argmax is all its sampling asks; else None (the sampler's turn)."""
-        s = fwd.sampling
-        if self.greedy_graphs is None or fwd.graph_decode is None or fwd.prompt_lp_targets:
+    def _graph_sample(self, fwd: Forwarded) -> torch.Tensor | None:
+        """The step's ids from a graph when the decode graphs ran it and its sampling needs no
+        host work: its greedy graph (greedy_graphs.py) when argmax is all it asks, else its
+        sampled graph (sampled_graphs.py); None: the eager sampler's turn."""
+        s, step = fwd.sampling, fwd.graph_decode
+        if step is None or fwd.prompt_lp_targets or len(s) != step.batch_size:
             return None
-        if not s.argmax_only or s.init or len(s) != fwd.graph_decode.batch_size:
-            return None
-        return self.greedy_graphs.run(fwd.graph_decode)
+        if self.greedy_graphs is not None and s.argmax_only:
+            self.sampler.prepare(s)  # rows taking their parameters now: written for later steps
+            return self.greedy_graphs.run(step)
+        if self.sampled_graphs is not None and SampledGraphs.can_sample(s):
+            return self.sampled_graphs.run(step)
+        return None
 
     def _handle(self, handle: StepHandle) -> StepHandle:
         """`handle` with the event that says when its host copies are filled (CUDA)."""
@@ -217,31 +231,29 @@ class ModelRunner:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def _forward(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor | None, StepInput | None]:
-        """(logits, the sampling rows on the device or None, the step if the decode graphs ran it)."""
+    def _forward(
+        self, step: StepInput
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, StepInput | None]:
+        """(logits, the sampling rows on the device or None, their positions on the device, the
+        step if the decode graphs ran it)."""
         if self.graphs is not None and self.graphs.can_run_decode(step):
             logits, rows = self.graphs.run_decode(step)  # inputs built inside the graph
-            return logits, rows, step
+            return logits, rows, self.graphs.positions[: step.batch_size], step
         fb = build_forward_batch(step, self.slot_table, self.last_tokens, self.device)
+        positions = _sampled_positions(fb, len(step.sampling))
         if not step.is_decode and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
-            return self.extend_graphs.run(fb), fb.rows, None
+            return self.extend_graphs.run(fb), fb.rows, positions, None
         if self.graphs is not None and self.graphs.can_run(fb):
-            return self.graphs.run(fb), fb.rows, None
+            return self.graphs.run(fb), fb.rows, positions, None
         self.attn.plan(fb)
-        return self.model(fb, self.attn), fb.rows, None
+        return self.model(fb, self.attn), fb.rows, positions, None
 
     @torch.inference_mode()
-    def _sample(
-        self,
-        logits: torch.Tensor,
-        sampling: SamplingInputs,
-        prompt_lp_targets: list[int] | None,
-        prompt_top_k: int,
-        rows: torch.Tensor | None = None,
-    ) -> StepHandle:
+    def _sample(self, fwd: Forwarded) -> StepHandle:
+        logits, sampling, prompt_lp_targets = fwd.logits, fwd.sampling, fwd.prompt_lp_targets
         n = len(sampling)
         empty = SampleOutput(torch.empty(0, dtype=torch.int64))
-        out = self.sampler(logits[:n], sampling, rows) if n else empty
+        out = self.sampler(logits[:n], sampling, fwd.rows, fwd.positions) if n else empty
         if n:
             # An invalid id (-1, NaN logits) must not index the embedding of the next step.
             self.last_tokens[out.rows] = out.next_ids.clamp(min=0)
@@ -255,10 +267,17 @@ class ModelRunner:
             lp = torch.log_softmax(logits[n:].float(), dim=-1)
             tgt = to_device(prompt_lp_targets, torch.int64, self.device)
             handle.prompt_lps = _to_host(lp.gather(1, tgt[:, None])[:, 0])
-            if prompt_top_k:
-                top_lps, top_ids = lp.topk(prompt_top_k, dim=-1)
+            if fwd.prompt_top_k:
+                top_lps, top_ids = lp.topk(fwd.prompt_top_k, dim=-1)
                 handle.prompt_top_ids, handle.prompt_top_lps = _to_host(top_ids), _to_host(top_lps)
         return self._handle(handle)
+
+
+def _sampled_positions(fb: ForwardBatch, n: int) -> torch.Tensor:
+    """[n] the positions of the sampling rows' last input tokens: the first n logit rows (or
+    each request's last token), gathered on the device."""
+    rows = fb.logit_rows[:n] if fb.logit_rows is not None else fb.last_token_rows()[:n]
+    return fb.positions[rows]
 
 
 def _to_host(t: torch.Tensor | None) -> torch.Tensor:

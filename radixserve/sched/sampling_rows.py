@@ -6,7 +6,7 @@ carries its parameters (and, with penalties, the ids it has seen) in
 `SamplingInputs.init`, which the sampler writes into its device tensors. A
 step's inputs are then a few numpy gathers over its rows: the OR of their
 flags picks the sampler's paths, and only the requests whose flags are rare
-(logit bias, min_tokens, seed) are looked at one by one. A row reused by
+(logit bias, min_tokens) are looked at one by one. A row reused by
 another request is fresh again, so it never inherits the previous owner's state.
 
 For output processing (sched/process.py) a row also records whether its
@@ -66,8 +66,6 @@ class SamplingRows:
                 if flags[i] & PENALTIES:
                     inp.penalty_init.append((req.row, req.all_ids))
             self.fresh[rows[fresh]] = False
-        if union & PENALTIES:
-            inp.penalized = np.flatnonzero(flags & PENALTIES)
         if union & LOGPROBS:
             inp.top_logprobs = int(self.top_logprobs[rows].max())
         if union & RARE:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixserve.runtime.cascade import CascadeGroups
-from radixserve.runtime.sampler import LOGPROBS, PENALTIES, RARE, SamplingInputs
+from radixserve.runtime.sampler import LOGPROBS, RARE, SamplingInputs
 from radixserve.sched import batch_build
 from radixserve.sched.batch import Batch
 from radixserve.sched.request import Request
@@ -74,7 +74,6 @@ class SteadyDecode:
         self._union = int(np.bitwise_or.reduce(flags)) if len(flags) else 0
         self._params = [r.params for r in reqs]
         self._rare = np.flatnonzero(flags & RARE).tolist()
-        self._penalized = np.flatnonzero(flags & PENALTIES) if self._union & PENALTIES else None
         self._top_lp = int(srows.top_logprobs[rows].max()) if self._union & LOGPROBS else 0
 
     def drop(self, req: Request) -> None:
@@ -134,7 +133,6 @@ class SteadyDecode:
 
     def _sampling(self, rows: np.ndarray, kv_lens: np.ndarray) -> SamplingInputs:
         inp = SamplingInputs(rows=rows, params=self._params, flags=self._union)
-        inp.penalized = self._penalized
         inp.top_logprobs = self._top_lp
         if self._rare:  # the index of the token each samples: its outputs so far, pending included
             n_out = (kv_lens + 1 - self._prompt).tolist()
