@@ -240,7 +240,8 @@ class ModelRunner:
             logits, rows = self.graphs.run_decode(step)  # inputs built inside the graph
             return logits, rows, self.graphs.positions[: step.batch_size], step
         fb = build_forward_batch(step, self.slot_table, self.last_tokens, self.device)
-        positions = _sampled_positions(fb, len(step.sampling))
+        # Only sampled rows key noise by position: an all-greedy step skips the gather.
+        positions = None if step.sampling.all_greedy else _sampled_positions(fb, len(step.sampling))
         if not step.is_decode and self.extend_graphs is not None and self.extend_graphs.can_run(fb):
             return self.extend_graphs.run(fb), fb.rows, positions, None
         if self.graphs is not None and self.graphs.can_run(fb):

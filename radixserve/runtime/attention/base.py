@@ -133,6 +133,8 @@ class AttentionBackend(ABC):
         scale: float,
         options: AttentionOptions | None = None,
     ) -> None:
+        if num_heads % num_kv_heads:  # every kernel maps a query head to head // group
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self.pool = pool
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads

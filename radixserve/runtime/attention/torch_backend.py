@@ -17,9 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
-from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.kv_quant import dequantize
-from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
+from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -43,17 +42,6 @@ class TorchAttention(AttentionBackend):
     @property
     def supports_logit_softcap(self) -> bool:
         return True
-
-    def __init__(
-        self,
-        pool: KVPool,
-        num_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        scale: float,
-        options: AttentionOptions | None = None,
-    ) -> None:
-        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
 
     def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
         return []  # plain PyTorch ops: nothing compiles

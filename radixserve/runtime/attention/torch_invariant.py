@@ -26,8 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
+from radixserve.runtime.attention.base import AttentionBackend, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -50,19 +49,6 @@ class InvariantTorchAttention(AttentionBackend):
     @property
     def supports_logit_softcap(self) -> bool:
         return True
-
-    def __init__(
-        self,
-        pool: KVPool,
-        num_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        scale: float,
-        options: AttentionOptions | None = None,
-    ) -> None:
-        super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
 
     def plan(self, batch: ForwardBatch) -> None:
         # The tiles are the same for every layer: built once per step from host lengths.

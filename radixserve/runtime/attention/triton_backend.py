@@ -74,8 +74,6 @@ class TritonAttention(AttentionBackend):
         whose grid must not change); None picks it per step from the batch.
         `options`: the model's windows and soft-cap."""
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         self.decode_splits = decode_splits
         device = torch.device(pool.config.device)
         on_gpu = device.type == "cuda"

@@ -185,8 +185,6 @@ class InvariantTritonAttention(AttentionBackend):
         options: AttentionOptions | None = None,
     ) -> None:
         super().__init__(pool, num_heads, num_kv_heads, head_dim, scale, options)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
         on_gpu = torch.device(pool.config.device).type == "cuda"
         # The interpreter's cost is per program step: small tiles there. One size per engine.
         self._block_n = (32 if pool.config.dtype == torch.float32 else 64) if on_gpu else 16
