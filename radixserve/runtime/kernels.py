@@ -101,6 +101,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+# FlashInfer's rope kernel crashed the process (no error raised) at rotary dim 16 on an H100;
+# below this, tiny test models rotate with the reference.
+MIN_ROTARY_DIM = 64
+
+
 class FlashInferKernels(TorchKernels):
     """FlashInfer's norm, rope and activation kernels (CUDA, float16/bfloat16)."""
 
@@ -115,11 +120,13 @@ class FlashInferKernels(TorchKernels):
         activation module, each run once on a few rows of the model's dtype."""
         shape = f"{dtype_name(use.dtype)} head_dim {use.head_dim}"
         act = "gelu_tanh_and_mul" if use.activation == "gelu_tanh" else "silu_and_mul"
-        return [
+        builds = [
             KernelBuild(f"flashinfer norm {dtype_name(use.dtype)}", partial(self._warm_norms, use)),
-            KernelBuild(f"flashinfer rope {shape}", partial(self._warm_rope, use)),
             KernelBuild(f"flashinfer {act} {dtype_name(use.dtype)}", partial(self._warm_activation, use)),
         ]
+        if use.rotary_dim >= MIN_ROTARY_DIM:  # else `rope` takes the reference: nothing to build
+            builds.insert(1, KernelBuild(f"flashinfer rope {shape}", partial(self._warm_rope, use)))
+        return builds
 
     def _warm_norms(self, use: KernelUse) -> None:
         x = torch.ones(2, use.head_dim, dtype=use.dtype, device=use.device)
@@ -190,9 +197,7 @@ class FlashInferKernels(TorchKernels):
     def rope(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not q.numel() or cos.shape[-1] < 32:
-            # FlashInfer's rope kernel crashes the process (not an error) on rotary dims
-            # under 64, seen at 16 on an H100: tiny test models take the reference.
+        if not q.numel() or 2 * cos.shape[-1] < MIN_ROTARY_DIM:
             return super().rope(positions, q, k, cos, sin)
         table = self._cos_sin.get(id(cos))
         if table is None:  # built once per model, outside any graph capture (warm-up runs first)
