@@ -24,18 +24,12 @@ TILE_ROWS = 16
 class Matmul:
     """`y = x W^T + b` by the library: fastest, row results depend on the batch."""
 
-    name = "default"
-    batch_invariant = False
-
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
 
 class TiledMatmul(Matmul):
     """Batch-invariant on the CPU: fixed-size row tiles, one product shape for every row."""
-
-    name = "tiled"
-    batch_invariant = True
 
     def __init__(self, tile_rows: int = TILE_ROWS) -> None:
         self.tile_rows = tile_rows
@@ -59,9 +53,6 @@ class TiledMatmul(Matmul):
 
 class TritonMatmul(Matmul):
     """Batch-invariant on CUDA: every `linear` is one fixed-config Triton kernel."""
-
-    name = "triton"
-    batch_invariant = True
 
     def __init__(self) -> None:
         from radixserve.runtime.triton_matmul import triton_linear  # imports triton: CUDA only
