@@ -84,12 +84,15 @@ def _w5(ctx: Ctx, spec: str, cascade: bool, min_shared: int, min_saved: int) -> 
             wall = time.perf_counter() - t0
             after = loop.run_until_complete(engine.stats())
             cached = sum(o.usage.cached_tokens for o in outs) / (n * s.w5_prefix)
-            steps = probe.decode_steps(n)
+            # Where admission staggered the N requests (on a loaded host one can finish before the
+            # last arrives), the widest decode steps seen; `decode_batch` records which.
+            steps = probe.decode_steps(n) or probe.widest_decode_steps()
             prof = host_profile(steps)
             setting = f"N={n} cascade={'on' if cascade else 'off'}"
             extra = {
                 "prefix": s.w5_prefix,
                 "decode_steps": len(steps),
+                "decode_batch": steps[0].batch_size if steps else 0,
                 "cascade_steps": after["cascade_steps"] - before["cascade_steps"],
                 "prefix_cached_frac": round(cached, 4),
             }
@@ -243,7 +246,7 @@ def host_steps(ctx: Ctx, spec: str) -> None:
             probe.clear()
             with worker_profile(engine, ctx.profile and bs == max(s.host_bs)):  # where it goes, printed
                 tps = run_offline(engine, loop, reqs)
-            steps = probe.decode_steps(bs)
+            steps = probe.decode_steps(bs) or probe.widest_decode_steps()  # as in W5
             prof = host_profile(steps)
             if not prof:
                 print(f"[host] batch {bs}: no decode steps seen (probe hooks missing: {probe.missing})")
@@ -260,6 +263,7 @@ def host_steps(ctx: Ctx, spec: str) -> None:
                 launch_ms=round(prof["launch_ms"], 4),
                 process_ms=round(prof["process_ms"], 4),
                 steps=int(prof["steps"]),
+                decode_batch=steps[0].batch_size,
                 missing_hooks=probe.missing or None,
             )
             rec("host", name, setting, "wait_ms_per_decode_step", prof["wait_ms"])
