@@ -169,6 +169,9 @@ class Sampler:
         self.counts: torch.Tensor | None = None  # [max_rows + 1, vocab] output token counts
         self.seen: torch.Tensor | None = None  # [max_rows + 1, vocab] prompt or output token seen
         self._unseeded = np.random.default_rng(0)  # keys of requests without a seed
+        # The value `count` writes into `seen`: a device scalar, since a Python `True` is a host
+        # tensor, which CUDA-graph capture refuses to copy.
+        self._true = torch.ones((), dtype=torch.bool, device=device)
         self.calls = 0  # eager calls (tests: how many steps a graph did not sample)
 
     def _row_values(self, p: SamplingParams) -> list[float]:
@@ -276,7 +279,7 @@ class Sampler:
         rows are distinct, but for the graphs' padding, which all land on the scratch row."""
         assert self.counts is not None and self.seen is not None
         self.counts[rows, next_ids] += 1
-        self.seen[rows, next_ids] = True
+        self.seen.index_put_((rows, next_ids), self._true)
 
     def sample_device(
         self,

@@ -37,8 +37,8 @@ def test_triton_windows_and_softcap_match_torch(triton_cpu_results: dict, wc: Wi
         assert got["pool"] == 0.0, f"{name}: K/V not written at out_slots (seed {seed})"
 
 
-def _pool(layers: int = 2) -> KVPool:
-    return KVPool(KVPoolConfig(num_layers=layers, num_kv_heads=2, head_dim=16, dtype=torch.float32), 8)
+def _pool(layers: int = 2, head_dim: int = 16) -> KVPool:
+    return KVPool(KVPoolConfig(num_layers=layers, num_kv_heads=2, head_dim=head_dim, dtype=torch.float32), 8)
 
 
 @pytest.fixture
@@ -85,8 +85,9 @@ def test_flashinfer_runs_triton_for_windowed_or_softcapped_models(
 @pytest.mark.usefixtures("interpret")
 def test_flashinfer_decode_kernel_keeps_flashinfer_and_its_limits() -> None:
     """An explicit `decode_kernel="flashinfer"`: FlashInfer's kernels as before, which refuse the
-    soft-cap naming the field; windows alone reach FlashInfer (here: no CUDA, so it says so)."""
-    args = (_pool(), 4, 2, 16, 0.25)
+    soft-cap naming the field; windows alone reach FlashInfer (here: no CUDA, so it says so); a
+    head size FlashInfer is not built for is refused by name."""
+    args = (_pool(head_dim=64), 4, 2, 64, 0.125)
     with pytest.raises(ValueError, match="attn_logit_softcapping=50.0"):
         make_attention_backend("flashinfer", *args, decode_kernel="flashinfer", options=WINDOWED)
     windows = AttentionOptions(windows=(8, None))
@@ -94,6 +95,8 @@ def test_flashinfer_decode_kernel_keeps_flashinfer_and_its_limits() -> None:
         make_attention_backend("flashinfer", *args, decode_kernel="flashinfer", options=windows)
     with pytest.raises(RuntimeError, match="flashinfer"):  # a plain model: FlashInfer, as always
         make_attention_backend("flashinfer", *args)
+    with pytest.raises(ValueError, match="head_dim=16: the flashinfer attention backend runs head sizes 64"):
+        make_attention_backend("flashinfer", _pool(), 4, 2, 16, 0.25)
 
 
 def test_torch_and_auto_on_the_cpu_are_unchanged() -> None:

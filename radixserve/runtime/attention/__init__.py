@@ -20,6 +20,10 @@ __all__ = [
 ]
 
 BACKEND_NAMES = ("auto", "flashinfer", "triton", "torch")
+# The head sizes FlashInfer's attention modules are built and tested for. Its just-in-time
+# build compiles others, but the extend kernel at head_dim 16 crashed the process on an H100
+# (flashinfer 0.3.1), so other sizes take Triton under "auto" and are refused by name.
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
 
 
 def _flashinfer_importable() -> bool:
@@ -69,9 +73,10 @@ def make_attention_backend(
 ) -> AttentionBackend:
     """Build the attention backend `name` for `pool`.
 
-    "auto" takes FlashInfer when it imports and the pool is a float16/bfloat16
-    pool on CUDA, else Triton on a GPU, else the torch reference. Asking for a
-    backend that cannot run here raises with the reason. `decode_kernel` picks the
+    "auto" takes FlashInfer when it imports, the pool is a float16/bfloat16 pool
+    on CUDA and the head size one of `FLASHINFER_HEAD_DIMS`, else Triton on a GPU,
+    else the torch reference. Asking for a backend that cannot run here raises with the
+    reason. `decode_kernel` picks the
     FlashInfer backend's decode kernel (see `flashinfer_attention`). `options`: the
     model's windows and soft-cap. "torch" and "triton" compute both; "flashinfer" then
     runs Triton's kernels for both halves (`_triton_hybrid`), unless `decode_kernel` is
@@ -86,7 +91,8 @@ def make_attention_backend(
     if deterministic:
         return invariant_backend(name, *args, options)
     if name == "auto":
-        if on_gpu and pool.config.attn_dtype in (torch.float16, torch.bfloat16) and _flashinfer_importable():
+        fits = pool.config.attn_dtype in (torch.float16, torch.bfloat16) and head_dim in FLASHINFER_HEAD_DIMS
+        if on_gpu and fits and _flashinfer_importable():
             name = "flashinfer"
         elif on_gpu and importlib.util.find_spec("triton") is not None:
             name = "triton"
@@ -108,6 +114,11 @@ def make_attention_backend(
             f"attn_logit_softcapping={options.logit_softcap}: FlashInfer's kernels here have no logit "
             "soft-capping (decode_kernel='flashinfer', or triton missing); attention_backend 'triton' "
             "or 'torch', or decode_kernel 'auto' / 'triton' compute it"
+        )
+    if head_dim not in FLASHINFER_HEAD_DIMS:
+        raise ValueError(
+            f"head_dim={head_dim}: the flashinfer attention backend runs head sizes "
+            f"{', '.join(map(str, FLASHINFER_HEAD_DIMS))}; attention_backend 'triton' runs any"
         )
     from radixserve.runtime.attention.flashinfer_backend import flashinfer_attention
     from radixserve.runtime.attention.flashinfer_plans import import_flashinfer
