@@ -76,12 +76,12 @@ def make_attention_backend(
     "auto" takes FlashInfer when it imports, the pool is a float16/bfloat16 pool
     on CUDA and the head size one of `FLASHINFER_HEAD_DIMS`, else Triton on a GPU,
     else the torch reference. Asking for a backend that cannot run here raises with the
-    reason. `decode_kernel` picks the
-    FlashInfer backend's decode kernel (see `flashinfer_attention`). `options`: the
-    model's windows and soft-cap. "torch" and "triton" compute both; "flashinfer" then
-    runs Triton's kernels for both halves (`_triton_hybrid`), unless `decode_kernel` is
-    "flashinfer" (or triton is missing): that keeps FlashInfer's kernels, which refuse a
-    soft-capped model and ignore windows (the engine caps the context instead).
+    reason. `decode_kernel` picks the FlashInfer backend's decode kernel (see
+    `flashinfer_attention`). `options`: the model's windows and soft-cap. "torch" and
+    "triton" compute both; "flashinfer" then runs Triton's kernels for both halves
+    (`_triton_hybrid`), unless `decode_kernel` is "flashinfer" (or triton is missing): that
+    keeps FlashInfer's kernels, which refuse a soft-capped model and ignore windows (the
+    engine caps the context instead).
     `deterministic`: the batch-invariant backends (`invariant_backend`).
     """
     if name not in BACKEND_NAMES:
