@@ -33,6 +33,7 @@ from radixserve.runtime.attention.triton_softmax import (
     attend_tile,
     fp8_logit_scale,
     fp8_output,
+    kv_args,
     layer_args,
     normalized,
 )
@@ -218,6 +219,7 @@ def extend_attention(
         num_warps=num_warps,
         num_stages=num_stages,
         **layer_args(opts),
+        **kv_args(opts),
     )
     return out
 

@@ -26,6 +26,7 @@ from radixserve.runtime.attention.triton_softmax import (
     attend_tile,
     fp8_logit_scale,
     fp8_output,
+    kv_args,
     layer_args,
     normalized,
 )
@@ -273,4 +274,5 @@ def _launch_decode(
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=tiling.num_warps,
         **layer_args(opts),
+        **kv_args(opts),
     )

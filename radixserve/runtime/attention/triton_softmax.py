@@ -32,15 +32,14 @@ def kv_args(opts: LayerOptions) -> dict[str, float | bool]:
 
 
 def layer_args(opts: LayerOptions) -> dict[str, int | float | bool]:
-    """The window / soft-cap / FP8 pool arguments of a kernel launch. The cap goes in the log2
-    domain the logits are in (`cap * log2(e)`); an unused value is a placeholder the switch
-    leaves unread."""
+    """The window / soft-cap arguments of a kernel launch (a kernel over an FP8 pool adds
+    `kv_args`). The cap goes in the log2 domain the logits are in (`cap * log2(e)`); an unused
+    value is a placeholder the switch leaves unread."""
     return {
         "window": opts.window if opts.window is not None else 0,
         "cap_log2": (opts.softcap if opts.softcap is not None else 1.0) * LOG2E,
         "HAS_WINDOW": opts.window is not None,
         "HAS_SOFTCAP": opts.softcap is not None,
-        **kv_args(opts),
     }
 
 
