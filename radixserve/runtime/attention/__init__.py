@@ -48,9 +48,9 @@ def _check_triton(pool: KVPool, name: str = "triton") -> None:
 def _triton_hybrid(
     pool: KVPool, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, options: AttentionOptions
 ) -> AttentionBackend:
-    """ "flashinfer" for a model with windows or a soft-cap: our FlashInfer wrappers are given
-    no `window_left` / `logits_soft_cap`, so both halves are Triton's, which compute them; the
-    decode half keeps its CUDA graphs (`TritonDecodeAttention`)."""
+    """ "flashinfer" for a model with windows or a soft-cap (our FlashInfer wrappers are given
+    no `window_left` / `logits_soft_cap`), and "auto" for a head size FlashInfer is not built
+    for: both halves Triton's; the decode half keeps its CUDA graphs (`TritonDecodeAttention`)."""
     from radixserve.runtime.attention.hybrid import HybridAttention
     from radixserve.runtime.attention.triton_backend import TritonAttention
     from radixserve.runtime.attention.triton_decode_backend import TritonDecodeAttention
@@ -74,8 +74,9 @@ def make_attention_backend(
     """Build the attention backend `name` for `pool`.
 
     "auto" takes FlashInfer when it imports, the pool is a float16/bfloat16 pool
-    on CUDA and the head size one of `FLASHINFER_HEAD_DIMS`, else Triton on a GPU,
-    else the torch reference. Asking for a backend that cannot run here raises with the
+    on CUDA and the head size one of `FLASHINFER_HEAD_DIMS`, else Triton on a GPU (for a
+    float16/bfloat16 pool its extend kernel beside the graph-captured decode backend,
+    `_triton_hybrid`), else the torch reference. Asking for a backend that cannot run here raises with the
     reason. `decode_kernel` picks the FlashInfer backend's decode kernel (see
     `flashinfer_attention`). `options`: the model's windows and soft-cap. "torch" and
     "triton" compute both; "flashinfer" then runs Triton's kernels for both halves
@@ -91,10 +92,14 @@ def make_attention_backend(
     if deterministic:
         return invariant_backend(name, *args, options)
     if name == "auto":
-        fits = pool.config.attn_dtype in (torch.float16, torch.bfloat16) and head_dim in FLASHINFER_HEAD_DIMS
-        if on_gpu and fits and _flashinfer_importable():
+        half = pool.config.attn_dtype in (torch.float16, torch.bfloat16)
+        triton_here = on_gpu and importlib.util.find_spec("triton") is not None
+        if on_gpu and half and head_dim in FLASHINFER_HEAD_DIMS and _flashinfer_importable():
             name = "flashinfer"
-        elif on_gpu and importlib.util.find_spec("triton") is not None:
+        elif triton_here and half:
+            # Triton's extend with its graph-captured decode, as "flashinfer" pairs them.
+            return _triton_hybrid(*args, options or AttentionOptions())
+        elif triton_here:
             name = "triton"
         else:
             name = "torch"
