@@ -57,17 +57,24 @@ def test_fp8_kv_backend_matches_fake_quantized_reference(name: str, decode_kerne
         assert got["pool"] == 0.0, (name, decode_kernel, case_name, got)
 
 
+# Where the eager engine's first token leads the runner-up by less than this (nats), the two
+# paths may pick either: FP8 K/V rounding moves a random-weight model's logits by ~1e-2.
+CLEAR_MARGIN = 0.05
+
+
 @pytest.mark.parametrize("attention_backend", ["triton", "flashinfer"])
 def test_fp8_kv_engine_runs_under_cuda_graphs(attention_backend: str) -> None:
     """Decode and extend graphs captured over an FP8 pool: every request completes and the
     tree stays consistent; each prompt's first token (its prefill's argmax) equals the eager
-    engine's. Later tokens of a random-weight model sit on near-ties, so they are not compared."""
+    engine's wherever the eager top-1 is clear of the runner-up (`CLEAR_MARGIN`: the graphs'
+    prefill may run another kernel over the same FP8 K/V). Later tokens of a random-weight
+    model sit on near-ties, so they are not compared."""
     if attention_backend == "flashinfer":
         pytest.importorskip("flashinfer")
-    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=True, top_logprobs=2)
     prompts = [[1, 2, 3, 4, 5] * k for k in (1, 3, 7, 20)]
 
-    async def tokens(cuda_graph: bool) -> list[list[int]]:
+    async def run(cuda_graph: bool) -> list[tuple[list[int], float]]:
         cfg = EngineConfig(
             model="dummy:smollm2-135m",
             device="cuda",
@@ -80,8 +87,11 @@ def test_fp8_kv_engine_runs_under_cuda_graphs(attention_backend: str) -> None:
             assert engine.pool is not None and engine.pool.config.fp8
             outs = await asyncio.gather(*(engine.complete(p, params) for p in prompts))
             await engine.check_integrity()
-        return [list(o.token_ids) for o in outs]
+        top = [o.logprobs[0].top for o in outs]
+        return [(list(o.token_ids), t[0][1] - t[1][1]) for o, t in zip(outs, top)]
 
-    graphs, eager = asyncio.run(tokens(True)), asyncio.run(tokens(False))
-    assert all(len(t) == params.max_tokens for t in graphs + eager)
-    assert [t[0] for t in graphs] == [t[0] for t in eager]
+    graphs, eager = asyncio.run(run(True)), asyncio.run(run(False))
+    assert all(len(t) == params.max_tokens for t, _ in graphs + eager)
+    firsts = [(g[0][0], e[0][0], round(e[1], 4)) for g, e in zip(graphs, eager)]
+    assert any(margin > CLEAR_MARGIN for _, _, margin in firsts), firsts  # something compared
+    assert all(g == e for g, e, margin in firsts if margin > CLEAR_MARGIN), firsts
