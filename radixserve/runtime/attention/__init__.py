@@ -76,8 +76,8 @@ def make_attention_backend(
     "auto" takes FlashInfer when it imports, the pool is a float16/bfloat16 pool
     on CUDA and the head size one of `FLASHINFER_HEAD_DIMS`, else Triton on a GPU (for a
     float16/bfloat16 pool its extend kernel beside the graph-captured decode backend,
-    `_triton_hybrid`), else the torch reference. Asking for a backend that cannot run here raises with the
-    reason. `decode_kernel` picks the FlashInfer backend's decode kernel (see
+    `_triton_hybrid`), else the torch reference. Asking for a backend that cannot run here
+    raises with the reason. `decode_kernel` picks the FlashInfer backend's decode kernel (see
     `flashinfer_attention`). `options`: the model's windows and soft-cap. "torch" and
     "triton" compute both; "flashinfer" then runs Triton's kernels for both halves
     (`_triton_hybrid`), unless `decode_kernel` is "flashinfer" (or triton is missing): that
@@ -91,21 +91,21 @@ def make_attention_backend(
     on_gpu = torch.device(pool.config.device).type == "cuda"
     if deterministic:
         return invariant_backend(name, *args, options)
+    options = options or AttentionOptions()
     if name == "auto":
         half = pool.config.attn_dtype in (torch.float16, torch.bfloat16)
-        triton_here = on_gpu and importlib.util.find_spec("triton") is not None
-        if on_gpu and half and head_dim in FLASHINFER_HEAD_DIMS and _flashinfer_importable():
-            name = "flashinfer"
-        elif triton_here and half:
-            # Triton's extend with its graph-captured decode, as "flashinfer" pairs them.
-            return _triton_hybrid(*args, options or AttentionOptions())
-        elif triton_here:
-            name = "triton"
-        else:
+        if not on_gpu:
             name = "torch"
+        elif half and head_dim in FLASHINFER_HEAD_DIMS and _flashinfer_importable():
+            name = "flashinfer"
+        elif importlib.util.find_spec("triton") is None:
+            name = "torch"
+        elif half:  # Triton's extend with its graph-captured decode, as "flashinfer" pairs them
+            return _triton_hybrid(*args, options)
+        else:
+            name = "triton"
     if name == "torch":
         return TorchAttention(*args, options=options)
-    options = options or AttentionOptions()
     if name == "triton":
         _check_triton(pool)
         from radixserve.runtime.attention.triton_backend import TritonAttention
