@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -74,18 +75,59 @@ def test_fp8_linear_replays_in_a_cuda_graph() -> None:
         assert torch.equal(static_y, layer(x))
 
 
-def _greedy(folder: Path, prompts: list[list[int]], cuda_graph: bool) -> list[list[int]]:
-    from radixserve import AsyncEngine, EngineConfig, SamplingParams
+# A graphed token may differ from the eager top-1 only on a near-tie: FP8 activation scales
+# turn a one-ulp difference between two kernels (a graph's padded GEMM, its attention split)
+# into a step of the e4m3 grid, so a random-weight model's trajectories part at near-ties.
+# Measured on the CPU (2026-12-06), this tiny model in float32: the runner-up lies a median
+# 0.14 nats below the top-1, a median token 2.2 nats; its bfloat16 FP8 engine, teacher-forced
+# on its own greedy tokens, put them at most 0.11 nats below the top-1, 93% at the top-1.
+NEAR_TIE = 0.3  # nats below the eager top-1
+MOST = 0.75  # of the graphed tokens are the eager top-1 itself
 
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-    config = EngineConfig(
+
+def _config(folder: Path, cuda_graph: bool) -> Any:
+    from radixserve import EngineConfig
+
+    return EngineConfig(
         model=str(folder), device="cuda", dtype="bfloat16", quantization="fp8", cuda_graph=cuda_graph
     )
 
-    async def main() -> list[list[int]]:
-        async with AsyncEngine(config) as engine:
+
+def _graphed_greedy(folder: Path, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Greedy tokens with CUDA graphs, and how many steps the eager sampler drew."""
+    from radixserve import AsyncEngine, SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+    async def main() -> tuple[list[list[int]], int]:
+        async with AsyncEngine(_config(folder, cuda_graph=True)) as engine:
             outs = await asyncio.gather(*(engine.complete(p, params) for p in prompts))
-            return [list(o.token_ids) for o in outs]
+            calls = engine._worker.runner.sampler.calls  # type: ignore[union-attr]
+            return [list(o.token_ids) for o in outs], calls
+
+    return asyncio.run(main())
+
+
+def _eager_gaps(folder: Path, prompts: list[list[int]], tokens: list[list[int]]) -> list[list[float]]:
+    """Teacher-forced on the eager engine: for each given token, how far its logprob lies
+    below the eager top-1 at that position (0.0 where it is the top-1)."""
+    from radixserve import AsyncEngine, SamplingParams
+
+    async def main() -> list[list[float]]:
+        async with AsyncEngine(_config(folder, cuda_graph=False)) as engine:
+            gaps = []
+            for p, t in zip(prompts, tokens):
+                sp = SamplingParams(
+                    max_tokens=0,
+                    logprobs=True,
+                    top_logprobs=1,
+                    prompt_logprobs=True,
+                    prompt_logprobs_start=len(p),
+                )
+                out = await engine.complete(p + t, sp)
+                assert [lp.token_id for lp in out.prompt_logprobs] == t
+                gaps.append([lp.top[0][1] - lp.logprob for lp in out.prompt_logprobs])
+            return gaps
 
     return asyncio.run(main())
 
@@ -116,7 +158,12 @@ def _tiny_llama(folder: Path) -> None:
 
 
 def test_tiny_fp8_model_under_cuda_graphs(tmp_path: Path) -> None:
-    """Graph replays run the same kernels as eager steps: the same greedy tokens."""
+    """Greedy decode steps replayed from CUDA graphs pick, at every position, the eager
+    engine's top-1 token or one within `NEAR_TIE` of it (teacher-forced: the eager engine
+    scores the graphed tokens), and mostly the top-1 itself. A graph that read the wrong K/V
+    or inputs would pick tokens several nats below. (Exact equality failed on the H200 at
+    5285eb6: the graphed run's first prompt went 193, 193, 226, 226, 147, 226 as float32 on the
+    CPU does, the eager one 193, 39, 79, 147, 96 as bfloat16 on the CPU does.)"""
     _tiny_llama(tmp_path)
     loaded = load_model(str(tmp_path), dtype=torch.bfloat16, device="cuda", quantization="fp8")
     assert loaded.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.float8_e4m3fn
@@ -124,9 +171,12 @@ def test_tiny_fp8_model_under_cuda_graphs(tmp_path: Path) -> None:
         torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
         for n in (5, 12, 23, 40)
     ]
-    graphed = _greedy(tmp_path, prompts, cuda_graph=True)
-    assert graphed == _greedy(tmp_path, prompts, cuda_graph=False)
+    graphed, eager_draws = _graphed_greedy(tmp_path, prompts)
     assert all(len(t) == 24 for t in graphed)
+    assert eager_draws <= 8  # the 23 decode steps drew in greedy graphs, not the eager sampler
+    gaps = [g for row in _eager_gaps(tmp_path, prompts, graphed) for g in row]
+    assert max(gaps) <= NEAR_TIE, gaps
+    assert sum(g == 0.0 for g in gaps) >= MOST * len(gaps), gaps
 
 
 def test_dummy_shape_quantizes_at_load() -> None:
