@@ -6,9 +6,12 @@ CUDA graph as a decode step runs it (CUDA events, the median of `--iters` replay
 drawn uniformly) for each tile setting, each part of the layer (router, align, the two GEMMs,
 activation, the sum over k) at the default tiles, and the
 bound: the bytes of the experts the step touches over the HBM bandwidth (`--tb-s`, 4.8 for an
-H200). Prints a table (best setting per token count last) and writes JSON.
+H200) or, where larger, the GEMMs' FLOPs at `--tflops` (989: H100 and H200 dense bf16), which
+is what bounds prefill-sized steps. Prints a table (best setting per token count last) and
+writes JSON.
 
     python benchmarks/bench_fused_moe.py --out "$OUT"            # on the GPU machine
+    python benchmarks/bench_fused_moe.py --tokens 2048,8192 --block-m 32,64,128 --warps 4,8
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ def main() -> None:
     ap.add_argument("--tokens", default="64,256")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tb-s", type=float, default=4.8)
+    ap.add_argument("--tflops", type=float, default=989.0, help="dense bf16 peak (compute bound)")
+    ap.add_argument("--block-m", default="16,32,64", help="rows per block to sweep")
+    ap.add_argument("--warps", default="4", help="num_warps to sweep")
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -90,9 +96,12 @@ def main() -> None:
     expert_bytes = (w13[0].numel() + w2[0].numel()) * 2
     rows = []
     settings = [
-        (bm, Tiles(bn, bk, 4, stages))
-        for bm, (bn, bk), stages in itertools.product(
-            (16, 32, 64), ((64, 64), (64, 128), (128, 64), (128, 128)), (3, 4)
+        (bm, Tiles(bn, bk, warps, stages))
+        for bm, (bn, bk), warps, stages in itertools.product(
+            map(int, args.block_m.split(",")),
+            ((64, 64), (64, 128), (128, 64), (128, 128)),
+            map(int, args.warps.split(",")),
+            (3, 4),
         )
     ]
     parts = {}
@@ -103,7 +112,9 @@ def main() -> None:
         touched = int(torch.unique(top_idx).numel())
         logits = torch.randn(t, e, device=dev, dtype=torch.bfloat16)
         parts[t] = breakdown(x, logits, k, w13, w2, block_m_for(t * k, e), args.iters)
-        bound_ms = touched * expert_bytes / (args.tb_s * 1e12) * 1e3
+        memory_ms = touched * expert_bytes / (args.tb_s * 1e12) * 1e3
+        compute_ms = 2 * t * k * 3 * h * i / (args.tflops * 1e12) * 1e3  # gate, up and down
+        bound_ms = max(memory_ms, compute_ms)
         for bm, tiles in settings:
             try:
                 ms = time_ms(
