@@ -202,7 +202,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
         pending = pool.submit(load_tokenizer, folder)
         kv_scales = None
         if files is None:
-            init_dummy_weights(model, seed=DUMMY_SEED)
+            init_dummy_weights(model, seed=DUMMY_SEED, embed_scale=config.embed_scale)
         else:
             kv_scales = load_checkpoint(
                 model, files, tied=config.tie_word_embeddings, quant=quant, num_layers=config.num_layers
@@ -226,7 +226,7 @@ def _load_dummy_shape(name: str, dtype: torch.dtype, device: torch.device) -> Lo
     hf_config = shape_hf_config(name)
     cls, config = _model_config(hf_config)
     model = _instantiate(cls, config, dtype, device)
-    init_dummy_weights(model, seed=DUMMY_SEED)
+    init_dummy_weights(model, seed=DUMMY_SEED, embed_scale=config.embed_scale)
     tokenizer = None
     if name in EMBEDDED_ALIASES:
         # The embedded model has this shape: its tokenizer makes the dummy usable with text.

@@ -28,7 +28,7 @@ from torch import nn
 from radixserve.cache.kv_quant import KVScales
 from radixserve.model.fused_views import fused_views
 from radixserve.model.kv_scales import KVScaleReader
-from radixserve.model.layers import FusedLinear, RMSNorm
+from radixserve.model.layers import FusedLinear, RMSNorm, VocabEmbedding
 from radixserve.model.moe import MoEExperts
 from radixserve.model.quant_config import Fp8Checkpoint
 
@@ -216,11 +216,17 @@ def _same_layout(src: torch.Tensor, dst: torch.Tensor) -> bool:
 
 
 @torch.no_grad()
-def init_dummy_weights(model: nn.Module, seed: int = 0, std: float = 0.02) -> None:
+def init_dummy_weights(
+    model: nn.Module, seed: int = 0, std: float = 0.02, embed_scale: float | None = None
+) -> None:
     """Deterministic random weights on the parameters' own device (no CPU init and copy).
 
     Norm weights scale by 1 and everything else is N(0, std), so activations keep a
-    sane scale through any depth and benchmark kernels see realistic values.
+    sane scale through any depth and benchmark kernels see realistic values. With an
+    `embed_scale` (Gemma multiplies embeddings by sqrt(hidden)) the embeddings are drawn
+    with std / embed_scale: at std, an input token's scaled embedding stays large in the
+    last hidden state, and the tied lm_head reads it back, so the model only repeated
+    its input token (a 17-nat lead for 4 layers of gemma-2-9b's shape).
     """
     params = list(model.parameters())
     if not params:
@@ -228,8 +234,11 @@ def init_dummy_weights(model: nn.Module, seed: int = 0, std: float = 0.02) -> No
     generator = torch.Generator(device=params[0].device)
     generator.manual_seed(seed)
     norms = {id(m.weight): m.unit_weight for m in model.modules() if isinstance(m, RMSNorm)}
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, VocabEmbedding)}
     for param in params:
         if id(param) in norms:
             param.fill_(norms[id(param)])
+        elif id(param) in embeddings and embed_scale is not None:
+            param.normal_(0.0, std / embed_scale, generator=generator)
         else:
             param.normal_(0.0, std, generator=generator)

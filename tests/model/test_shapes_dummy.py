@@ -99,3 +99,33 @@ def test_dummy_in_half_precision() -> None:
     loaded = load_model("dummy:qwen2.5-0.5b", dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in loaded.model.parameters())
     assert loaded.tokenizer is None and loaded.config.qkv_bias and loaded.config.tie_word_embeddings
+
+
+def test_dummy_gemma_does_not_just_repeat_its_input(tmp_path: Path, helpers: Any) -> None:
+    """Gemma scales embeddings by sqrt(hidden) and ties lm_head to them: dummy embeddings of
+    the usual std made the last input token's own logit lead by many nats, so a dummy Gemma
+    repeated its input and the GPU suite's agreement figures said nothing. Dummy embeddings
+    of such models are drawn smaller (weights.init_dummy_weights)."""
+    from transformers import Gemma2Config
+
+    Gemma2Config(
+        vocab_size=512,
+        hidden_size=1024,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=256,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+    ).save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), load_format="dummy")
+    assert loaded.config.embed_scale == pytest.approx(32.0) and loaded.config.tie_word_embeddings
+    gen = torch.Generator().manual_seed(0)
+    repeats = 0
+    for _ in range(8):
+        ids = torch.randint(0, 512, (12,), generator=gen).tolist()
+        logits = helpers.our_logits(loaded.model, loaded.config, ids, torch.arange(len(ids)))
+        assert torch.isfinite(logits).all()
+        repeats += int(logits[-1].argmax()) == ids[-1]
+    assert repeats <= 2, repeats
