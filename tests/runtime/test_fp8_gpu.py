@@ -85,22 +85,24 @@ NEAR_TIE = 0.3  # nats below the eager top-1
 MOST = 0.75  # of the graphed tokens are the eager top-1 itself
 
 
-def _config(folder: Path, cuda_graph: bool) -> Any:
+def _config(folder: Path, cuda_graph: bool, quantization: str | None) -> Any:
     from radixserve import EngineConfig
 
     return EngineConfig(
-        model=str(folder), device="cuda", dtype="bfloat16", quantization="fp8", cuda_graph=cuda_graph
+        model=str(folder), device="cuda", dtype="bfloat16", quantization=quantization, cuda_graph=cuda_graph
     )
 
 
-def _graphed_greedy(folder: Path, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+def _graphed_greedy(
+    folder: Path, prompts: list[list[int]], quantization: str | None
+) -> tuple[list[list[int]], int]:
     """Greedy tokens with CUDA graphs, and how many steps the eager sampler drew."""
     from radixserve import AsyncEngine, SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
     async def main() -> tuple[list[list[int]], int]:
-        async with AsyncEngine(_config(folder, cuda_graph=True)) as engine:
+        async with AsyncEngine(_config(folder, True, quantization)) as engine:
             outs = await asyncio.gather(*(engine.complete(p, params) for p in prompts))
             calls = engine._worker.runner.sampler.calls  # type: ignore[union-attr]
             return [list(o.token_ids) for o in outs], calls
@@ -108,13 +110,15 @@ def _graphed_greedy(folder: Path, prompts: list[list[int]]) -> tuple[list[list[i
     return asyncio.run(main())
 
 
-def _eager_gaps(folder: Path, prompts: list[list[int]], tokens: list[list[int]]) -> list[list[float]]:
+def _eager_gaps(
+    folder: Path, prompts: list[list[int]], tokens: list[list[int]], quantization: str | None
+) -> list[list[float]]:
     """Teacher-forced on the eager engine: for each given token, how far its logprob lies
     below the eager top-1 at that position (0.0 where it is the top-1)."""
     from radixserve import AsyncEngine, SamplingParams
 
     async def main() -> list[list[float]]:
-        async with AsyncEngine(_config(folder, cuda_graph=False)) as engine:
+        async with AsyncEngine(_config(folder, False, quantization)) as engine:
             gaps = []
             for p, t in zip(prompts, tokens):
                 sp = SamplingParams(
@@ -157,24 +161,27 @@ def _tiny_llama(folder: Path) -> None:
     model.save_pretrained(folder)
 
 
-def test_tiny_fp8_model_under_cuda_graphs(tmp_path: Path) -> None:
-    """Greedy decode steps replayed from CUDA graphs pick, at every position, the eager
-    engine's top-1 token or one within `NEAR_TIE` of it (teacher-forced: the eager engine
-    scores the graphed tokens), and mostly the top-1 itself. A graph that read the wrong K/V
-    or inputs would pick tokens several nats below. (Exact equality failed on the H200 at
-    5285eb6: the graphed run's first prompt went 193, 193, 226, 226, 147, 226 as float32 on the
-    CPU does, the eager one 193, 39, 79, 147, 96 as bfloat16 on the CPU does.)"""
+@pytest.mark.parametrize("quantization", [None, "fp8"], ids=["bf16", "fp8"])
+def test_tiny_model_greedy_under_cuda_graphs(tmp_path: Path, quantization: str | None) -> None:
+    """Greedy decode steps replayed from CUDA graphs (head_dim 16: Triton's extend and
+    graph-captured decode) pick, at every position, the eager engine's top-1 token or one
+    within `NEAR_TIE` of it (teacher-forced: the eager engine scores the graphed tokens), and
+    mostly the top-1 itself; in bf16 and with FP8 weights. A graph that read the wrong K/V
+    or inputs would pick tokens several nats below. (Exact equality failed with FP8 on the
+    H200 at 5285eb6: the graphed run's first prompt went 193, 193, 226, 226, 147, 226 as
+    float32 on the CPU does, the eager one 193, 39, 79, 147, 96 as bfloat16 on the CPU does.)"""
     _tiny_llama(tmp_path)
-    loaded = load_model(str(tmp_path), dtype=torch.bfloat16, device="cuda", quantization="fp8")
-    assert loaded.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.float8_e4m3fn
+    loaded = load_model(str(tmp_path), dtype=torch.bfloat16, device="cuda", quantization=quantization)
+    fp8 = loaded.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.float8_e4m3fn
+    assert fp8 == (quantization == "fp8")
     prompts = [
         torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
         for n in (5, 12, 23, 40)
     ]
-    graphed, eager_draws = _graphed_greedy(tmp_path, prompts)
+    graphed, eager_draws = _graphed_greedy(tmp_path, prompts, quantization)
     assert all(len(t) == 24 for t in graphed)
     assert eager_draws <= 8  # the 23 decode steps drew in greedy graphs, not the eager sampler
-    gaps = [g for row in _eager_gaps(tmp_path, prompts, graphed) for g in row]
+    gaps = [g for row in _eager_gaps(tmp_path, prompts, graphed, quantization) for g in row]
     assert max(gaps) <= NEAR_TIE, gaps
     assert sum(g == 0.0 for g in gaps) >= MOST * len(gaps), gaps
 
