@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from radixserve import EngineConfig
 from radixserve.model.layers import Linear
 from radixserve.model.loader import load_model
 from radixserve.runtime.fp8_linear import MIN_CAPABILITY, reference_linear, scaled_mm_linear
@@ -85,9 +85,7 @@ NEAR_TIE = 0.3  # nats below the eager top-1
 MOST = 0.75  # of the graphed tokens are the eager top-1 itself
 
 
-def _config(folder: Path, cuda_graph: bool, quantization: str | None) -> Any:
-    from radixserve import EngineConfig
-
+def _config(folder: Path, cuda_graph: bool, quantization: str | None) -> EngineConfig:
     return EngineConfig(
         model=str(folder), device="cuda", dtype="bfloat16", quantization=quantization, cuda_graph=cuda_graph
     )
