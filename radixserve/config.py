@@ -109,7 +109,7 @@ class EngineConfig:
     watchdog_timeout_s: float | None = 120.0
     kv_cache_tokens: int | None = None  # KV pool size in tokens; None: from kv_cache_bytes or memory
     kv_cache_bytes: int | None = None
-    mem_fraction: float = 0.85  # GPU: share of free memory (after weights) for the KV pool
+    mem_fraction: float = 0.85  # GPU: share of free memory (after weights, sampling) for the KV pool
     page_size: int = 1
     enable_radix_cache: bool = True
     context_length: int | None = None  # default: the model's max positions

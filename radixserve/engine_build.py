@@ -25,6 +25,7 @@ from radixserve.runtime.fp8_linear import MIN_CAPABILITY
 from radixserve.runtime.kernels import KernelUse, make_kernels, use_kernels
 from radixserve.runtime.matmul import make_matmul
 from radixserve.runtime.runner import ModelRunner
+from radixserve.runtime.workspace import sampling_workspace_bytes
 from radixserve.sched.scheduler import Scheduler
 
 _CPU_KV_BUDGET = 1 << 30  # bytes of KV pool on the CPU when nothing is said
@@ -62,7 +63,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     use_matmul(loaded.model, make_matmul(cfg.deterministic, device))
     context_length = min(cfg.context_length or mc.max_context_len, mc.max_context_len)
     pool_cfg = kv_pool_config(cfg, loaded, dtype, device)
-    num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length)
+    num_slots = kv_slots(cfg, pool_cfg.bytes_per_slot, device, context_length, mc.vocab_size)
     # One slot more than the allocator hands out: the scratch slot that padded
     # CUDA-graph rows write to.
     pool = KVPool(pool_cfg, num_slots + 1)
@@ -151,21 +152,26 @@ def cascade_graphs(cfg: EngineConfig, attn: AttentionBackend) -> bool:
     return on_gpu and planner is not None and planner.cascade_graphs
 
 
-def kv_slots(cfg: EngineConfig, bytes_per_slot: int, device: torch.device, context_length: int) -> int:
-    """KV slots to allocate: as configured, else a fraction of free GPU memory, else a CPU budget."""
+def kv_slots(
+    cfg: EngineConfig, bytes_per_slot: int, device: torch.device, context_length: int, vocab_size: int
+) -> int:
+    """KV slots to allocate: as configured, else `mem_fraction` of the GPU memory free beside the
+    sampler's workspace (measured: runtime/workspace.py), else a CPU budget."""
     if cfg.kv_cache_tokens is not None:
         return cfg.kv_cache_tokens
     if cfg.kv_cache_bytes is not None:
         return max(1, cfg.kv_cache_bytes // bytes_per_slot)
     if device.type == "cuda":
+        workspace = sampling_workspace_bytes(cfg.max_running_requests, vocab_size, device)
         free, _ = torch.cuda.mem_get_info(device)
-        # Room for activations, logits and graphs stays outside the fraction.
-        slots = int(free * cfg.mem_fraction) // bytes_per_slot - 1
+        # The model's activations and graphs live in the rest of the fraction.
+        slots = int(max(free - workspace, 0) * cfg.mem_fraction) // bytes_per_slot - 1
         if slots < context_length:
             raise RuntimeError(
-                f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model: "
+                f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model, "
+                f"{workspace / 2**30:.1f} GiB of it for sampling {cfg.max_running_requests} rows: "
                 f"{max(slots, 0)} KV slots, fewer than one full context ({context_length}); "
-                "free memory, raise mem_fraction or lower context_length"
+                "free memory, raise mem_fraction, lower context_length or max_running_requests"
             )
         return slots
     return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * context_length))

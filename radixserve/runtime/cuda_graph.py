@@ -91,6 +91,10 @@ class DecodeGraphs:
         self.qo_indptr = torch.arange(n + 1, dtype=torch.int32, device=device)
         self.pad_steps = self.qo_indptr[1:]  # 1, 2, ...: a padding row's one context slot each
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # Every graph, plain and cascade, writes its float32 logits into one [max_bs, vocab]
+        # buffer (only one replays at a time): a buffer per graph would hold ~2 x the ladder's
+        # sum of rows x vocab (3 GiB at 256 rows of a 262k vocabulary) for nothing.
+        self.logits_out: torch.Tensor | None = None
         self.logits: dict[int, torch.Tensor] = {}
         self.states: dict[int, DecodeGraphState] = {}
         self.batches: dict[int, ForwardBatch] = {}
@@ -156,13 +160,16 @@ class DecodeGraphs:
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up (lazy inits, autotuning, Triton builds) outside the graph
                 self._fill(bs, state)
-                self.model(batch, self.attn)
+                out = self.model(batch, self.attn)
+            if self.logits_out is None:  # the largest batch is captured first
+                self.logits_out = torch.empty_like(out)
+            del out  # free for the capture to reuse
         stream.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             self._fill(bs, state)
-            logits = self.model(batch, self.attn)
-        return graph, logits
+            self.logits_out[:bs].copy_(self.model(batch, self.attn))
+        return graph, self.logits_out[:bs]
 
     def _fill(self, bs: int, state: DecodeGraphState) -> None:
         """The graph's first kernel in device-input mode: the step's inputs from the staging

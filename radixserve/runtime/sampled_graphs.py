@@ -90,16 +90,25 @@ class SampledGraphs:
         upload the staging holds zero requests, so warm-up and capture touch only scratch."""
         self.sampler.ensure_penalty_state()
         stream.wait_stream(torch.cuda.current_stream(self.ids.device))
-        for cascade, logits_by_bs in ((False, self.decode.logits), (True, self.decode.cascade_logits)):
-            for bs, logits in logits_by_bs.items():
-                for top_k_p, penalties in VARIANTS:
-                    with torch.cuda.stream(stream):
-                        self._commit(logits, top_k_p, penalties)  # warm-up: lazy inits outside
-                    stream.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, stream=stream):
-                        self._commit(logits, top_k_p, penalties)
-                    self._graphs[(cascade, bs, top_k_p, penalties)] = graph
+        cases = [
+            (cascade, bs, logits, top_k_p, penalties)
+            for cascade, logits_by_bs in ((False, self.decode.logits), (True, self.decode.cascade_logits))
+            for bs, logits in logits_by_bs.items()
+            for top_k_p, penalties in VARIANTS
+        ]
+        with torch.cuda.stream(stream):
+            for _, _, logits, top_k_p, penalties in cases:
+                self._commit(logits, top_k_p, penalties)  # warm-up: lazy inits outside the graphs
+        stream.synchronize()
+        # The warm-ups' workspace (GiBs at a full batch of a large vocabulary) goes back to the
+        # device, where the captures' private pool can take it: the engine set aside one
+        # workspace for sampling (runtime/workspace.py), not one per pool.
+        torch.cuda.empty_cache()
+        for cascade, bs, logits, top_k_p, penalties in cases:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                self._commit(logits, top_k_p, penalties)
+            self._graphs[(cascade, bs, top_k_p, penalties)] = graph
         torch.cuda.synchronize(self.ids.device)
 
     def _commit(self, logits: torch.Tensor, top_k_p: bool, penalties: bool) -> None:
