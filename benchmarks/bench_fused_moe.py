@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from radixserve.runtime.fused_moe import Tiles, block_m_for, fused_moe, grouped_gemm  # noqa: E402
+from radixserve.runtime.fused_moe import Tiles, block_m_for, fused_moe, grouped_gemm, tiles_for  # noqa: E402
 from radixserve.runtime.kernels import TORCH_KERNELS  # noqa: E402
 from radixserve.runtime.moe_align import align  # noqa: E402
 from radixserve.runtime.moe_route import route_topk  # noqa: E402
@@ -60,16 +60,17 @@ def breakdown(x, logits, top_k, w13, w2, block_m, iters):  # type: ignore[no-unt
     """Milliseconds of each part of one MoE layer (graph-replayed), for the default tiles."""
     top_idx, top_w = route_topk(logits, top_k, True)
     al = align(top_idx, w13.shape[0], block_m)
-    h = grouped_gemm(x, w13, al, top_k, a_by_token=True)
+    tiles = tiles_for(block_m)
+    h = grouped_gemm(x, w13, al, top_k, a_by_token=True, tiles=tiles)
     act = TORCH_KERNELS.silu_and_mul(h)
     w = top_w.reshape(-1).to(torch.float32)
-    y = grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w)
+    y = grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w, tiles=tiles)
     parts = {
         "route": lambda: route_topk(logits, top_k, True),
         "align": lambda: align(top_idx, w13.shape[0], block_m),
-        "gemm_gate_up": lambda: grouped_gemm(x, w13, al, top_k, a_by_token=True),
+        "gemm_gate_up": lambda: grouped_gemm(x, w13, al, top_k, a_by_token=True, tiles=tiles),
         "act_and_mul": lambda: TORCH_KERNELS.silu_and_mul(h),
-        "gemm_down": lambda: grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w),
+        "gemm_down": lambda: grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w, tiles=tiles),
         "sum_k": lambda: y.view(x.shape[0], top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype),
     }
     return {name: time_ms(fn, iters) for name, fn in parts.items()}
@@ -142,7 +143,7 @@ def main() -> None:
         r["tokens"]: r
         for r in rows
         if r["block_m"] == block_m_for(r["tokens"] * k, e)
-        and (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == astuple(Tiles())
+        and (r["block_n"], r["block_k"], r["num_warps"], r["num_stages"]) == astuple(tiles_for(r["block_m"]))
     }
     print("| tokens | part | ms (default tiles, graph-replayed) |")
     print("|---|---|---|")

@@ -147,13 +147,25 @@ def grouped_gemm(
     return out
 
 
+# Prefill-sized steps (128-row blocks): 64-deep tiles over 8 warps. The sweep of
+# benchmarks/bench_fused_moe.py (qwen3-30b-a3b's experts, H100, 2026-12-06) put them first at
+# 2,048 and 8,192 tokens: 0.888 and 2.671 ms per layer against 1.047 and 3.336 ms with
+# 64-row blocks and the decode tiles.
+PREFILL_TILES = Tiles(block_n=128, block_k=64, num_warps=8, num_stages=3)
+
+
 def block_m_for(pairs: int, num_experts: int) -> int:
     """Rows per block: about the pairs an expert gets (a block pads to it), at least tl.dot's 16."""
     per_expert = pairs / num_experts
     # Counts scatter around the mean: at 16 per expert, 16-row blocks often take two reads
     # of an expert's weights where one 32-row block takes one (0.477 against 0.504 ms at
     # 256 tokens of qwen3-30b-a3b in the sweep).
-    return 16 if per_expert <= 8 else 32 if per_expert <= 24 else 64
+    return 16 if per_expert <= 8 else 32 if per_expert <= 24 else 64 if per_expert <= 64 else 128
+
+
+def tiles_for(block_m: int) -> Tiles:
+    """The GEMMs' tiles for blocks of `block_m` rows."""
+    return PREFILL_TILES if block_m >= 128 else Tiles()
 
 
 def fused_moe(
@@ -164,7 +176,7 @@ def fused_moe(
     down_proj: torch.Tensor,
     act_and_mul: Callable[[torch.Tensor], torch.Tensor],
     block_m: int | None = None,
-    tiles: Tiles = Tiles(),
+    tiles: Tiles | None = None,
 ) -> torch.Tensor:
     """`[T, H]`: each token's experts' gated MLPs, weighted by `top_w [T, k]` and summed.
     (`block_m` / `tiles`: the GEMMs' tiles, chosen here unless given: benchmarks sweep them.)"""
@@ -172,7 +184,9 @@ def fused_moe(
     if tokens == 0:
         return torch.zeros_like(x)
     num_experts = gate_up_proj.shape[0]
-    al = align(top_idx, num_experts, block_m or block_m_for(tokens * top_k, num_experts))
+    block_m = block_m or block_m_for(tokens * top_k, num_experts)
+    tiles = tiles or tiles_for(block_m)
+    al = align(top_idx, num_experts, block_m)
     h = grouped_gemm(x, gate_up_proj, al, top_k, a_by_token=True, tiles=tiles)
     h = act_and_mul(h)
     w = top_w.reshape(-1).to(torch.float32)

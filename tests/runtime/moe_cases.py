@@ -41,6 +41,7 @@ CASES = [
     MoECase("odd_sizes", 9, 6, 2, 80, 40),
     MoECase("long_runs", 200, 4, 2, 64, 32),  # 100 pairs per expert: 64-row blocks
     MoECase("many_pairs", 300, 16, 4, 32, 16),  # 1,200 pairs, 90 blocks: the align loops go round
+    MoECase("prefill_blocks", 520, 8, 2, 64, 48),  # 130 pairs per expert: 128-row blocks, PREFILL_TILES
 ]
 
 
