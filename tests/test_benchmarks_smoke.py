@@ -225,6 +225,10 @@ def test_gpu_suite_quantization_reaches_engines_records_and_bound(tmp_path: Path
     hf, reqs = shape_hf_config("llama-3.1-8b"), [([1] * 100, 100)] * 8
     # FP8 linears read half the bytes of bf16 ones; embeddings and lm_head stay bf16.
     assert 1.4 < bounds.w1_bound(hf, reqs, quantization="fp8") / bounds.w1_bound(hf, reqs) < 2.0
+    # The bound is for the card that ran: an H100's 3.35 TB/s, an H200's 4.8.
+    tb = bounds.peak_tb_s("NVIDIA H100 80GB HBM3")
+    assert (tb, bounds.peak_tb_s("NVIDIA H200")) == (3.35, 4.8)
+    assert bounds.w1_bound(hf, reqs, hbm_tb_s=tb) == pytest.approx(bounds.w1_bound(hf, reqs) * tb / 4.8)
 
 
 def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ sparse block, the experts some token picked: `E * (1 - (1 - k/E)^B)` expected fo
 with uniform routing) and the K/V of every running request's context, at the HBM bandwidth.
 W1's requests all start at once, so step s runs the requests whose output is longer than s,
 each with `input + s + 1` tokens of context. Prefill and everything else is left out, so the
-bound is an upper limit. `hbm_tb_s` is the GPU's peak (4.8 TB/s on an H200). With
+bound is an upper limit. `hbm_tb_s` is the GPU's peak (4.8 TB/s on an H200, 3.35 on an H100). With
 `quantization="fp8"` the linears the engine quantizes count one byte per weight (and four
 per output row of scale); experts, embeddings, norms and lm_head keep `dtype_bytes`.
 """
@@ -18,6 +18,16 @@ from benchmarks.common import Request
 from radixserve.model.config import ModelConfig
 from radixserve.model.fp8 import quantize_model_
 from radixserve.model.registry import resolve_architecture
+
+# Peak HBM bandwidth by GPU name (vendor data sheets): the bound is for the card that ran.
+HBM_TB_S = {"H200": 4.8, "H100 80GB HBM3": 3.35}
+DEFAULT_TB_S = 4.8
+
+
+def peak_tb_s(device_name: str) -> float:
+    """The peak bandwidth of the GPU named `device_name` (torch.cuda.get_device_name);
+    an H200's for a card not listed."""
+    return next((tb for key, tb in HBM_TB_S.items() if key in device_name), DEFAULT_TB_S)
 
 
 def w1_bound(

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from benchmarks.common import best_hit_rate, w1_requests, w2_requests
-from benchmarks.suite.bounds import w1_bound
+from benchmarks.suite.bounds import DEFAULT_TB_S, peak_tb_s, w1_bound
 from benchmarks.suite.context import Ctx
 from benchmarks.suite.engines import (
     greedy,
@@ -67,8 +67,13 @@ def w1(ctx: Ctx, spec: str) -> None:
     mean_out = statistics.fmean(n for _, n in reqs)
     # The documented bounds where there is one (for the model dtype); else the bytes a step
     # reads (suite/bounds.py), FP8 linears at one byte a weight.
-    documented = name in BOUNDS and t.quantization is None
-    computed = None if documented else round(w1_bound(hf_config(spec), reqs, quantization=t.quantization))
+    tb_s = peak_tb_s(torch.cuda.get_device_name()) if torch.cuda.is_available() else DEFAULT_TB_S
+    documented = name in BOUNDS and t.quantization is None and tb_s == DEFAULT_TB_S
+    computed = (
+        None
+        if documented
+        else round(w1_bound(hf_config(spec), reqs, hbm_tb_s=tb_s, quantization=t.quantization))
+    )
     rec(
         "W1",
         name,
@@ -76,7 +81,7 @@ def w1(ctx: Ctx, spec: str) -> None:
         "output_tok_s",
         tps,
         bound=BOUNDS[name] if documented else computed,
-        bound_source="BENCHMARKS.md" if computed is None else "suite/bounds.py at 4.8 TB/s",
+        bound_source="BENCHMARKS.md" if computed is None else f"suite/bounds.py at {tb_s} TB/s",
         target=TARGETS.get(name),
     )
     # The streams' output spacing: tokens per output, and the time floor between outputs.
