@@ -49,6 +49,11 @@ from radixserve.runtime.noise import column_keys, row_key
 from radixserve.runtime.sample_ops import apply_penalties, draw
 from radixserve.sampling_params import SamplingParams
 
+# Logits sampled at once (rows x vocabulary). The temporaries (a stable sort with int64
+# indices, cumulative sums, int64 noise) take tens of bytes per entry: a full batch of a 262k
+# vocabulary (Gemma 3) in one go would need GiBs.
+CHUNK_ENTRIES = 1 << 24
+
 INVALID_TOKEN = -1  # next id of a row whose logits' max was NaN or +-inf (`_mark_invalid`)
 
 # What a row's parameters ask of the sampler; a step ORs them over its rows.
@@ -173,6 +178,8 @@ class Sampler:
         # tensor, which CUDA-graph capture refuses to copy.
         self._true = torch.ones((), dtype=torch.bool, device=device)
         self.calls = 0  # eager calls (tests: how many steps a graph did not sample)
+        # Rows sampled at once: ~1 GiB of temporaries at most (runtime/workspace.py).
+        self.chunk_rows = max(1, CHUNK_ENTRIES // vocab_size)
 
     def _row_values(self, p: SamplingParams) -> list[float]:
         k = p.top_k if 0 < p.top_k < self.vocab_size else self.vocab_size
@@ -262,17 +269,37 @@ class Sampler:
 
     # The device half, shared with the sampled graphs: no host reads, fixed shapes.
 
+    # Both work through the rows in chunks of `chunk_rows`: every op is per row, so the tokens
+    # are the same, and the temporaries (a sort, cumulative sums, int64 noise) are a chunk's.
+
+    def _chunks(self, n: int) -> list[slice]:
+        return [slice(i, min(i + self.chunk_rows, n)) for i in range(0, n, self.chunk_rows)]
+
     def penalize(self, logits: torch.Tensor, rows: torch.Tensor) -> None:
         """Apply each row's penalties to `logits` [n, vocab] float32 in place."""
         assert self.counts is not None and self.seen is not None, "ensure_penalty_state first"
-        apply_penalties(logits, self.counts[rows], self.seen[rows], self.params[rows])
+        for c in self._chunks(logits.shape[0]):
+            r = rows[c]
+            apply_penalties(logits[c], self.counts[r], self.seen[r], self.params[r])
 
     def draw(
         self, logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, top_k_p: bool, min_p: bool
     ) -> torch.Tensor:
         """Next ids of `logits` [n, vocab] float32 (edits applied) by each row's parameters."""
-        par = self.params[rows]  # [n, 8]: one gather for every parameter of the step
-        return draw(logits, par, self.keys[rows], positions, self.columns, top_k_p, min_p)
+        ids = [
+            # [rows, 8]: one gather for every parameter of the chunk
+            draw(
+                logits[c],
+                self.params[rows[c]],
+                self.keys[rows[c]],
+                positions[c],
+                self.columns,
+                top_k_p,
+                min_p,
+            )
+            for c in self._chunks(logits.shape[0])
+        ]
+        return ids[0] if len(ids) == 1 else torch.cat(ids)
 
     def count(self, rows: torch.Tensor, next_ids: torch.Tensor) -> None:
         """Record each row's drawn token in its penalty state. A plain indexed add: the step's

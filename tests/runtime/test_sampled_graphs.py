@@ -51,10 +51,15 @@ def _staging(rows: list[int]) -> SimpleNamespace:
     return SimpleNamespace(count=buf[0], rows=buf[1 + CAP : 1 + 2 * CAP])
 
 
+@pytest.mark.parametrize("chunk_rows", [None, 3], ids=["one_chunk", "chunks_of_3"])
 @pytest.mark.parametrize(
     "params", [PLAIN, MASKED, PENALIZED, BOTH], ids=["plain", "masked", "penalized", "both"]
 )
-def test_commit_sampled_draws_what_the_eager_sampler_draws(params: list[SamplingParams]) -> None:
+def test_commit_sampled_draws_what_the_eager_sampler_draws(
+    params: list[SamplingParams], chunk_rows: int | None
+) -> None:
+    """Also with the graph's sampler working through its 6 rows 3 at a time (a large
+    vocabulary's chunks): the same tokens and counts as the eager sampler in one go."""
     n = len(ROWS)
     seen = [(r, [1, 2, 3 + i]) if p.uses_penalties else None for i, (r, p) in enumerate(zip(ROWS, params))]
     first = SamplingInputs.from_requests(
@@ -63,6 +68,7 @@ def test_commit_sampled_draws_what_the_eager_sampler_draws(params: list[Sampling
     assert SampledGraphs.can_sample(first)
     top_k_p, penalties = bool(first.flags & TOP_K_P), bool(first.flags & PENALTIES)
     graph, eager = Sampler(V, CAP, CPU), Sampler(V, CAP, CPU)
+    graph.chunk_rows = chunk_rows or graph.chunk_rows
     graph.prepare(first)  # what SampledGraphs.run queues before its replay
     staging = _staging(ROWS)
     last = torch.full((CAP + 1,), -7, dtype=torch.int64)  # the last entry is the scratch
@@ -116,3 +122,31 @@ def test_steps_with_host_edits_or_logprobs_stay_eager() -> None:
     assert not SampledGraphs.can_sample(inp(SamplingParams(logit_bias={3: 1.0})))
     assert not SampledGraphs.can_sample(inp(SamplingParams(min_tokens=2)))  # suppresses EOS now
     assert SampledGraphs.can_sample(inp(SamplingParams(min_tokens=2, max_tokens=9), 2))
+
+
+def test_the_eager_sampler_in_row_chunks_draws_what_it_draws_in_one_go() -> None:
+    """`Sampler.__call__` with penalties, top-k/top-p, min-p and logprobs, rows 2 at a time
+    (`chunk_rows`, as a 262k vocabulary takes 64 at a time) against all at once."""
+    params = [*MASKED, *PENALIZED]
+    rows = list(range(len(params)))
+    n = len(rows)
+    seen = [(r, [1, 2, 3 + r]) for r, p in zip(rows, params) if p.uses_penalties]
+    want_lp = [
+        SamplingParams(temperature=p.temperature, seed=p.seed, logprobs=True, top_logprobs=2)
+        for p in params[:2]
+    ]
+    params = [*want_lp, *params[2:]]
+    chunked, whole = Sampler(V, n, CPU), Sampler(V, n, CPU)
+    chunked.chunk_rows = 2
+    gen = torch.Generator().manual_seed(0)
+    for step in range(3):
+        inp = SamplingInputs.from_requests(
+            rows, params, [0] * n, [frozenset()] * n, penalty_init=seen if step == 0 else []
+        )
+        logits = torch.randn(n, V, generator=gen) * 2
+        positions = torch.arange(n) + 10 * step
+        a, b = chunked(logits, inp, None, positions), whole(logits, inp, None, positions)
+        assert a.next_ids.tolist() == b.next_ids.tolist(), step
+        assert a.logprobs is not None and b.logprobs is not None and torch.equal(a.logprobs, b.logprobs)
+    assert chunked.counts is not None and whole.counts is not None
+    assert torch.equal(chunked.counts, whole.counts) and int(whole.counts.sum()) > 0
