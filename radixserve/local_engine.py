@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
+import traceback
 from collections.abc import AsyncGenerator
 from typing import Any
+
+import torch
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.chat_output import ChatRewriter
@@ -83,14 +87,28 @@ class LocalEngine:
         self._link.reset()
         try:
             await asyncio.to_thread(self._build)
-        except BaseException:
+        except BaseException as e:
             self._link.loop = None
+            self._release_failed_build(e)
             raise
         finally:
             self._start_task = None
         worker, self._built = self._built, None
         assert worker is not None
         self._link.run(worker, self.config.watchdog_timeout_s)
+
+    def _release_failed_build(self, e: BaseException) -> None:
+        """Free what a failed start built (weights, KV pool, graphs) now, not when the caller
+        drops the exception: its traceback holds the build's frames and their locals, and a
+        notebook keeps the last one for good, so a retry with a smaller configuration would
+        find the device still full. The traceback keeps its lines; the frames lose their
+        locals."""
+        self.loaded = self.scheduler = self.pool = None
+        self._built = None
+        traceback.clear_frames(e.__traceback__)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _build(self) -> None:
         parts = build_parts(self.config)

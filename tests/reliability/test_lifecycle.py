@@ -269,3 +269,43 @@ def test_two_engines_start_concurrently_in_a_fresh_process() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_a_failed_start_frees_what_it_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that fails after the weights are loaded (here the kernel warm-up raises, as an
+    out-of-memory would) frees them while the caller still holds the exception (a notebook
+    keeps the last one for good); the traceback keeps its lines; the same engine then starts."""
+    import traceback
+    import weakref
+
+    from radixserve import engine_build
+
+    models: list[weakref.ref[torch.nn.Module]] = []
+    real_load = engine_build.load_model
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        loaded = real_load(*args, **kwargs)
+        models.append(weakref.ref(loaded.model))
+        return loaded
+
+    def warm_up(self: Any, builds: Any) -> None:
+        raise MemoryError("simulated: no room left for the kernels")
+
+    monkeypatch.setattr(engine_build, "load_model", load)
+    monkeypatch.setattr(engine_build.ModelRunner, "warm_up", warm_up)
+    eng = AsyncEngine(engine_config())
+    with pytest.raises(MemoryError, match="simulated") as err:
+        asyncio.run(asyncio.wait_for(eng.start(), T))
+    assert len(models) == 1 and models[0]() is None, "the weights outlived the failed start"
+    assert "warm_up" in "".join(traceback.format_exception(err.value))
+    monkeypatch.undo()
+
+    async def retry() -> list[int]:
+        await asyncio.wait_for(eng.start(), T)
+        try:
+            out = await asyncio.wait_for(eng.complete([1, 2, 3], SamplingParams(max_tokens=4)), T)
+            return list(out.token_ids)
+        finally:
+            await eng.shutdown()
+
+    assert len(asyncio.run(retry())) == 4
