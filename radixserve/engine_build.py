@@ -171,7 +171,8 @@ def kv_slots(
                 f"only {free / 2**30:.1f} GiB of GPU memory is free after loading the model, "
                 f"{workspace / 2**30:.1f} GiB of it for sampling {cfg.max_running_requests} rows: "
                 f"{max(slots, 0)} KV slots, fewer than one full context ({context_length}); "
-                "free memory, raise mem_fraction, lower context_length or max_running_requests"
+                f"pass context_length={max(slots, 0)} or less, free memory, raise mem_fraction, "
+                "lower max_running_requests, or use kv_cache_dtype='fp8_e4m3' (twice the tokens)"
             )
         return slots
     return max(1, min(_CPU_KV_BUDGET // bytes_per_slot, 64 * context_length))
