@@ -7,6 +7,8 @@
 - `pick`: the chunked prompt in progress first, then waiting requests in
   prefix-match order, each admitted if its tokens and the running requests'
   decode reserve fit (`_admit`); admitted requests join the `RunningSet`.
+  A step scores at most `max_running_requests` prompt positions (prompt
+  logprobs): a chunk that would score more is cut, and it is the step's last.
 """
 
 from __future__ import annotations
@@ -76,14 +78,21 @@ class Admission:
         if budget <= 0:
             return picked
         cfg, cache, running = self.cfg, self.cache, self.running
+        # Prompt positions the step may score (their logits rows, float32 over the vocabulary,
+        # come on top of the sampler's): as many as the rows the engine's sampling workspace
+        # was measured for, so one request asking prompt logprobs of a long prompt takes more,
+        # smaller chunks instead of running the device out of memory.
+        lp_rows = cfg.max_running_requests
         # A steady decode set holds every running request but those at their length limit.
         chunking = [] if running.steady.active else [r for r in running.reqs if r.chunking]
         for req in chunking:  # at most one, by construction
-            n = min(req.num_known - req.kv_len, budget)
+            whole = min(req.num_known - req.kv_len, budget)
+            n = req.chunk_scoring_at_most(req.kv_len, whole, lp_rows)
             if not self.kv.grow(req, n):
                 break
             picked.append((req, n))
-            budget -= n
+            lp_rows -= len(req.scored_positions(req.kv_len, n))
+            budget = budget - n if n == whole else 0  # cut by the rows it scores: still chunking
         new_reqs: list[Request] = []
         if budget <= 0 or len(running) >= cfg.max_running_requests or not self.waiting:
             return picked  # no admission: spare the queue's tree matches
@@ -104,11 +113,14 @@ class Admission:
             ):
                 continue
             n = min(req.num_known - matched, budget)
-            if not self._admit(req, match, n, alone=not (running.reqs or new_reqs)):
+            whole = n
+            n = req.chunk_scoring_at_most(matched, n, lp_rows)
+            if n <= 0 or not self._admit(req, match, n, alone=not (running.reqs or new_reqs)):
                 break
             new_reqs.append(req)
             picked.append((req, n))
-            budget -= n
+            lp_rows -= len(req.scored_positions(matched, n))
+            budget = budget - n if n == whole else 0  # one cut prompt per step, the last
         for req in new_reqs:
             self.waiting.remove(req)
             running.add(req)

@@ -94,12 +94,9 @@ def extend(kv: RequestKV, srows: SamplingRows, picked: list[tuple[Request, int]]
         else:  # decode of a token still in flight
             input_ids.append(-1)
         before = len(lp_rows)
-        if req.params.prompt_logprobs:
-            # Positions scored before a retraction are not scored again on readmission.
-            first = max(req.params.prompt_logprobs_start, 1) + len(req.prompt_logprobs)
-            for p in range(max(first, start + 1), min(start + n, len(req.prompt_ids) - 1) + 1):
-                lp_rows.append(len(input_ids) - n + (p - 1 - start))
-                lp_targets.append(req.prompt_ids[p])
+        for p in req.scored_positions(start, n):
+            lp_rows.append(len(input_ids) - n + (p - 1 - start))
+            lp_targets.append(req.prompt_ids[p])
         lp_counts.append(len(lp_rows) - before)
         prefix_lens.append(start)
         extend_lens.append(n)

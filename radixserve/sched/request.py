@@ -112,6 +112,23 @@ class Request:
         """A prompt half-way through chunked prefill (not forced tokens of a jump)."""
         return not self.prefill_done and not self.jumped
 
+    def scored_positions(self, start: int, n: int) -> range:
+        """The prompt positions whose logprobs a chunk of `n` new tokens from `start` scores:
+        input token p - 1 predicts position p, from `prompt_logprobs_start` (at least 1) on,
+        less those scored before a retraction."""
+        if not self.params.prompt_logprobs:
+            return range(0)
+        first = max(self.params.prompt_logprobs_start, 1) + len(self.prompt_logprobs)
+        return range(max(first, start + 1), min(start + n, len(self.prompt_ids) - 1) + 1)
+
+    def chunk_scoring_at_most(self, start: int, n: int, rows: int) -> int:
+        """The longest chunk of at most `n` tokens from `start` that scores at most `rows`
+        prompt positions (the positions before its first scored one cost nothing)."""
+        scored = self.scored_positions(start, n)
+        if len(scored) <= rows:
+            return n
+        return scored.start - 1 - start + rows  # the chunk's last token predicts scored[rows - 1]
+
     @property
     def remaining_tokens(self) -> int:
         """How many more tokens this request may still generate."""

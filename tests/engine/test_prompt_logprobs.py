@@ -110,3 +110,28 @@ def test_a_cache_hit_still_scores_every_requested_position(
         _check(out, ids, hf_lps[i], start)
         # The whole prompt is cached; exactly what precedes the first scored logit comes from it.
         assert out.usage.cached_tokens == max(start - 1, 0), (len(ids), start, out.usage)
+
+
+def test_few_batch_rows_cut_the_scored_chunks_and_keep_every_logprob(
+    chunk_prompts: list[list[int]], hf_lps: list[list[float]]
+) -> None:
+    """With `max_running_requests=4` a step scores at most 4 prompt positions (the logits rows
+    a step may add beside its sampling rows), so the prompts go in chunks of ~4 tokens from
+    their first scored position: every logprob still equals transformers', concurrent or not,
+    and a prompt without prompt logprobs shares the steps."""
+
+    async def body(engine: AsyncEngine) -> tuple[list[Any], Any]:
+        starts = [0, 30, 60]
+        outs = await asyncio.gather(
+            *(
+                engine.complete(p, ONLY.replace(prompt_logprobs_start=s))
+                for p, s in zip(chunk_prompts, starts)
+            ),
+            engine.complete(chunk_prompts[2][::-1], SamplingParams(max_tokens=2)),
+        )
+        return list(outs[:3]), outs[3]
+
+    outs, plain = run(with_engine, engine_config(max_running_requests=4, chunked_prefill_size=CHUNK), body)
+    for out, ids, ref, start in zip(outs, chunk_prompts, hf_lps, [0, 30, 60]):
+        _check(out, ids, ref, start)
+    assert len(plain.token_ids) == 2 and not plain.prompt_logprobs

@@ -411,3 +411,44 @@ def test_a_burst_of_prompts_beside_a_decoder_takes_whole_chunks() -> None:
     # (A prompt's last token may go as a decode row: a one-token row is no prefill piece.)
     pieces = [e for x in steps[2:] for e in x.step.extend_lens.tolist() if e > 1]
     assert pieces and all(e <= 8 for e in pieces), pieces
+
+
+class ScoredRowsModel(FakeModel):
+    """The fake model, noting the most prompt positions one step scored."""
+
+    most_scored = 0
+
+    def step(self, batch: Batch, pending: dict[int, int]) -> StepResult:
+        self.most_scored = max(self.most_scored, len(batch.step.prompt_lp_targets or []))
+        return super().step(batch, pending)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_prompt_logprob_rows_per_step_stay_within_the_batch_rows(overlap: bool) -> None:
+    """A step scores at most `max_running_requests` prompt positions (each a float32 row over the
+    vocabulary): long prompts asking prompt logprobs go in more chunks, every position scored
+    once and in order; the part before `prompt_logprobs_start` and prompts without them are
+    not cut."""
+    rng = random.Random(3)
+    sched, alloc = make(4000, max_running_requests=8, chunked_prefill_size=512)
+    model = ScoredRowsModel(sched)
+    _MODELS[id(sched)] = (model, {})
+    prompts = [[rng.randrange(1, VOCAB) for _ in range(n)] for n in (300, 150, 40, 400, 200)]
+    starts = [0, 100, 0, None, 180]  # None: no prompt logprobs
+    reqs = []
+    for i, (p, s) in enumerate(zip(prompts, starts)):
+        params = SamplingParams(
+            temperature=0,
+            max_tokens=5,
+            ignore_eos=True,
+            prompt_logprobs=s is not None,
+            prompt_logprobs_start=s or 0,
+        )
+        reqs.append(Request(str(i), 0, p, params, frozenset({EOS}), 512, arrival=i))
+    outs = drive(sched, overlap, {0: reqs[:3], 2: reqs[3:]})
+    assert 0 < model.most_scored <= 8
+    for r, p, s in zip(reqs, prompts, starts):
+        assert outs[r.rid] == expected(p, 5)
+        assert [t.token_id for t in r.prompt_logprobs] == ([] if s is None else p[max(s, 1) :])
+    sched.cache.reset()
+    assert alloc.num_free == 4000
