@@ -273,7 +273,8 @@ class Sampler:
     # are the same, and the temporaries (a sort, cumulative sums, int64 noise) are a chunk's.
 
     def _chunks(self, n: int) -> list[slice]:
-        return [slice(i, min(i + self.chunk_rows, n)) for i in range(0, n, self.chunk_rows)]
+        """Slices of `n` rows (one, empty, for none)."""
+        return [slice(i, min(i + self.chunk_rows, n)) for i in range(0, max(n, 1), self.chunk_rows)]
 
     def penalize(self, logits: torch.Tensor, rows: torch.Tensor) -> None:
         """Apply each row's penalties to `logits` [n, vocab] float32 in place."""
@@ -286,20 +287,13 @@ class Sampler:
         self, logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, top_k_p: bool, min_p: bool
     ) -> torch.Tensor:
         """Next ids of `logits` [n, vocab] float32 (edits applied) by each row's parameters."""
-        ids = [
-            # [rows, 8]: one gather for every parameter of the chunk
-            draw(
-                logits[c],
-                self.params[rows[c]],
-                self.keys[rows[c]],
-                positions[c],
-                self.columns,
-                top_k_p,
-                min_p,
+        out = []
+        for c in self._chunks(logits.shape[0]):
+            r = rows[c]  # the chunk's parameters and keys: one gather each
+            out.append(
+                draw(logits[c], self.params[r], self.keys[r], positions[c], self.columns, top_k_p, min_p)
             )
-            for c in self._chunks(logits.shape[0])
-        ]
-        return ids[0] if len(ids) == 1 else torch.cat(ids)
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     def count(self, rows: torch.Tensor, next_ids: torch.Tensor) -> None:
         """Record each row's drawn token in its penalty state. A plain indexed add: the step's
