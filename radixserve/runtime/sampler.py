@@ -178,7 +178,7 @@ class Sampler:
         # tensor, which CUDA-graph capture refuses to copy.
         self._true = torch.ones((), dtype=torch.bool, device=device)
         self.calls = 0  # eager calls (tests: how many steps a graph did not sample)
-        # Rows sampled at once: ~1 GiB of temporaries at most (runtime/workspace.py).
+        # Rows sampled at once: at most CHUNK_ENTRIES logits (runtime/workspace.py).
         self.chunk_rows = max(1, CHUNK_ENTRIES // vocab_size)
 
     def _row_values(self, p: SamplingParams) -> list[float]:
