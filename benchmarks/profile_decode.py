@@ -131,7 +131,10 @@ def main() -> None:
             run_offline(engine, loop, reqs)
             worker._launch = base_launch
             if p.prof is None or not p.done:
-                print(f"batch {bs}: not enough full decode steps seen ({p.seen})")
+                slots = loop.run_until_complete(engine.stats())["total_slots"]
+                need = bs * (args.ctx + 80 + args.steps)
+                why = f"; the KV pool holds {slots} tokens, the batch needs {need}" if need > slots else ""
+                print(f"batch {bs}: not enough full decode steps seen ({p.seen}){why}")
                 continue
             s = summarize(p, args.top)
             q = DecodeProfiler(worker, bs, skip=20, steps=args.steps, python=True)
