@@ -58,6 +58,9 @@ class RouterConfig:
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
 CPU_CHUNK = 512  # on the CPU: see BENCHMARKS.md ("Prefill chunk on the CPU")
+# Logits a step may add for prompt logprobs (rows x vocabulary; with their bf16 source and
+# log-softmax ~10 bytes each: ~1.3 GB), unless EngineConfig.prompt_logprob_rows says.
+PROMPT_LOGPROB_LOGITS = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class EngineConfig:
     # of prompt tokens waits (a burst: throughput first), take a whole chunk. None: no cap.
     mixed_prefill_tokens: int | None = 512
     max_running_requests: int = 256
+    # Prompt positions one step may score (prompt logprobs): a long prompt's scored part goes
+    # in chunks of this many. None: PROMPT_LOGPROB_LOGITS over the vocabulary size (1,024 rows
+    # of a 128k vocabulary), at least max_running_requests.
+    prompt_logprob_rows: int | None = None
     # Tokens per streamed output, as SGLang's `--stream-interval`: `generate()` yields a
     # request's first token at once, then an output every this many tokens and always the
     # final one; the tokens and text in between come in the next output's deltas. Each output
@@ -178,9 +185,10 @@ class EngineConfig:
             "cascade_min_shared",
             "cascade_min_saved",
             "stream_interval",
+            "prompt_logprob_rows",
         ):
             v = getattr(self, name)
-            if v is None and name in ("chunked_prefill_size", "mixed_prefill_tokens"):
+            if v is None and name in ("chunked_prefill_size", "mixed_prefill_tokens", "prompt_logprob_rows"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
@@ -257,10 +265,16 @@ class EngineConfig:
             return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
         return getattr(torch, self.dtype)
 
-    def scheduler_config(self) -> SchedulerConfig:
+    def scheduler_config(self, vocab_size: int) -> SchedulerConfig:
+        """The scheduler's part, for a model of `vocab_size` tokens (it bounds the logits rows
+        a step may score for prompt logprobs)."""
         device = self.torch_device().type
+        lp_rows = self.prompt_logprob_rows or max(
+            self.max_running_requests, PROMPT_LOGPROB_LOGITS // vocab_size
+        )
         return SchedulerConfig(
             max_running_requests=self.max_running_requests,
+            prompt_logprob_rows=lp_rows,
             chunked_prefill_size=self.prefill_chunk,
             mixed_prefill_tokens=self.mixed_prefill_tokens or self.prefill_chunk,
             enable_radix_cache=self.enable_radix_cache,

@@ -85,7 +85,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     allocator = SlotAllocator(num_slots)
     cache = RadixCache(allocator, page_size=cfg.page_size)
     table = ReqToSlotTable(cfg.max_running_requests, context_length + 1, device=device)
-    sched_cfg = cfg.scheduler_config()
+    sched_cfg = cfg.scheduler_config(mc.vocab_size)
     if not attn.supports_cascade or (cfg.cascade_attention is None and not cascade_graphs(cfg, attn)):
         # Its kernels would ignore the groups, or (the default) its cascade steps would run
         # eagerly: don't form them.

@@ -7,7 +7,7 @@
 - `pick`: the chunked prompt in progress first, then waiting requests in
   prefix-match order, each admitted if its tokens and the running requests'
   decode reserve fit (`_admit`); admitted requests join the `RunningSet`.
-  A step scores at most `max_running_requests` prompt positions (prompt
+  A step scores at most `prompt_logprob_rows` prompt positions (prompt
   logprobs): a chunk that would score more is cut, and it is the step's last.
 """
 
@@ -78,11 +78,10 @@ class Admission:
         if budget <= 0:
             return picked
         cfg, cache, running = self.cfg, self.cache, self.running
-        # Prompt positions the step may score (their logits rows, float32 over the vocabulary,
-        # come on top of the sampler's): as many as the rows the engine's sampling workspace
-        # was measured for, so one request asking prompt logprobs of a long prompt takes more,
-        # smaller chunks instead of running the device out of memory.
-        lp_rows = cfg.max_running_requests
+        # Prompt positions the step may score (each a float32 logits row over the vocabulary):
+        # a request asking prompt logprobs of a long prompt takes more, smaller chunks instead
+        # of running the device out of memory.
+        lp_rows = cfg.prompt_logprob_rows
         # A steady decode set holds every running request but those at their length limit.
         chunking = [] if running.steady.active else [r for r in running.reqs if r.chunking]
         for req in chunking:  # at most one, by construction

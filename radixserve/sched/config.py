@@ -8,6 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_running_requests: int = 256
+    prompt_logprob_rows: int = 1024  # prompt positions one step may score (prompt logprobs)
     chunked_prefill_size: int = 8192  # prefill tokens per step
     # ...at most, in a step that also decodes, unless more than a chunk of prompt tokens waits
     mixed_prefill_tokens: int = 512

@@ -63,10 +63,12 @@ def test_cascade_attention_default_forms_no_groups_on_the_cpu(cases: Any) -> Non
 
 
 def test_cascade_attention_false_turns_grouping_off() -> None:
-    assert engine_config(cascade_attention=False).scheduler_config().cascade_min_shared == 0
+    assert engine_config(cascade_attention=False).scheduler_config(vocab_size=1000).cascade_min_shared == 0
     with pytest.raises(ValueError, match="cascade_attention"):
         engine_config(cascade_attention="yes")
     assert (
-        engine_config(cascade_attention=True, cascade_min_shared=300).scheduler_config().cascade_min_shared
+        engine_config(cascade_attention=True, cascade_min_shared=300)
+        .scheduler_config(vocab_size=1000)
+        .cascade_min_shared
         == 300
     )

@@ -95,4 +95,4 @@ def test_deterministic_refuses_what_it_cannot_keep_invariant() -> None:
     ):
         with pytest.raises(ValueError, match="deterministic"):
             engine_config(deterministic=True, **bad)
-    assert engine_config(deterministic=True).scheduler_config().cascade_min_shared == 0
+    assert engine_config(deterministic=True).scheduler_config(vocab_size=1000).cascade_min_shared == 0

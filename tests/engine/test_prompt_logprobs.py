@@ -112,13 +112,13 @@ def test_a_cache_hit_still_scores_every_requested_position(
         assert out.usage.cached_tokens == max(start - 1, 0), (len(ids), start, out.usage)
 
 
-def test_few_batch_rows_cut_the_scored_chunks_and_keep_every_logprob(
+def test_few_scored_rows_cut_the_chunks_and_keep_every_logprob(
     chunk_prompts: list[list[int]], hf_lps: list[list[float]]
 ) -> None:
-    """With `max_running_requests=4` a step scores at most 4 prompt positions (the logits rows
-    a step may add beside its sampling rows), so the prompts go in chunks of ~4 tokens from
-    their first scored position: every logprob still equals transformers', concurrent or not,
-    and a prompt without prompt logprobs shares the steps."""
+    """With `prompt_logprob_rows=4` a step scores at most 4 prompt positions (the logits rows
+    it may add for them), so the prompts go in chunks of ~4 tokens from their first scored
+    position: every logprob still equals transformers', concurrent or not, and a prompt
+    without prompt logprobs shares the steps."""
 
     async def body(engine: AsyncEngine) -> tuple[list[Any], Any]:
         starts = [0, 30, 60]
@@ -131,7 +131,25 @@ def test_few_batch_rows_cut_the_scored_chunks_and_keep_every_logprob(
         )
         return list(outs[:3]), outs[3]
 
-    outs, plain = run(with_engine, engine_config(max_running_requests=4, chunked_prefill_size=CHUNK), body)
+    outs, plain = run(with_engine, engine_config(prompt_logprob_rows=4, chunked_prefill_size=CHUNK), body)
     for out, ids, ref, start in zip(outs, chunk_prompts, hf_lps, [0, 30, 60]):
         _check(out, ids, ref, start)
     assert len(plain.token_ids) == 2 and not plain.prompt_logprobs
+
+
+def test_the_scored_rows_per_step_follow_the_vocabulary_unless_given() -> None:
+    """By default 2^27 logits' worth of rows (at least the batch rows); or as configured."""
+    from radixserve import EngineConfig
+
+    rows = [
+        EngineConfig(device="cpu").scheduler_config(vocab_size=v).prompt_logprob_rows
+        for v in (131072, 262144)
+    ]
+    assert rows == [1024, 512]
+    assert (
+        EngineConfig(device="cpu", max_running_requests=2048).scheduler_config(262144).prompt_logprob_rows
+        == 2048
+    )
+    assert EngineConfig(device="cpu", prompt_logprob_rows=7).scheduler_config(262144).prompt_logprob_rows == 7
+    with pytest.raises(ValueError, match="prompt_logprob_rows"):
+        EngineConfig(device="cpu", prompt_logprob_rows=0)

@@ -54,8 +54,13 @@ def test_a_request_that_fits_is_not_aborted_when_the_pool_runs_dry(tokenizer: An
 
 def test_prefill_chunk_is_chosen_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert EngineConfig(device="cpu").prefill_chunk == CPU_CHUNK == 512
-    assert EngineConfig(device="cpu").scheduler_config().chunked_prefill_size == CPU_CHUNK
-    assert EngineConfig(device="cpu", chunked_prefill_size=64).scheduler_config().chunked_prefill_size == 64
+    assert EngineConfig(device="cpu").scheduler_config(vocab_size=1000).chunked_prefill_size == CPU_CHUNK
+    assert (
+        EngineConfig(device="cpu", chunked_prefill_size=64)
+        .scheduler_config(vocab_size=1000)
+        .chunked_prefill_size
+        == 64
+    )
     with pytest.raises(ValueError, match="chunked_prefill_size"):
         EngineConfig(chunked_prefill_size=0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -424,13 +424,13 @@ class ScoredRowsModel(FakeModel):
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_prompt_logprob_rows_per_step_stay_within_the_batch_rows(overlap: bool) -> None:
-    """A step scores at most `max_running_requests` prompt positions (each a float32 row over the
+def test_prompt_logprob_rows_per_step_stay_within_the_bound(overlap: bool) -> None:
+    """A step scores at most `prompt_logprob_rows` prompt positions (each a float32 row over the
     vocabulary): long prompts asking prompt logprobs go in more chunks, every position scored
     once and in order; the part before `prompt_logprobs_start` and prompts without them are
     not cut."""
     rng = random.Random(3)
-    sched, alloc = make(4000, max_running_requests=8, chunked_prefill_size=512)
+    sched, alloc = make(4000, prompt_logprob_rows=8, chunked_prefill_size=512)
     model = ScoredRowsModel(sched)
     _MODELS[id(sched)] = (model, {})
     prompts = [[rng.randrange(1, VOCAB) for _ in range(n)] for n in (300, 150, 40, 400, 200)]
