@@ -162,7 +162,13 @@ def kv_slots(
     if cfg.kv_cache_bytes is not None:
         return max(1, cfg.kv_cache_bytes // bytes_per_slot)
     if device.type == "cuda":
-        workspace = sampling_workspace_bytes(cfg.max_running_requests, vocab_size, device)
+        try:
+            workspace = sampling_workspace_bytes(cfg.max_running_requests, vocab_size, device)
+        except torch.OutOfMemoryError as e:
+            raise RuntimeError(
+                f"sampling {cfg.max_running_requests} rows of a {vocab_size}-token vocabulary needs "
+                "more GPU memory than is free after loading the model: lower max_running_requests"
+            ) from e
         free, _ = torch.cuda.mem_get_info(device)
         # The model's activations and graphs live in the rest of the fraction.
         slots = int(max(free - workspace, 0) * cfg.mem_fraction) // bytes_per_slot - 1

@@ -50,3 +50,14 @@ def test_explicit_sizes_ignore_the_device(device_memory: dict[str, int]) -> None
         engine_build.kv_slots(EngineConfig(model="m", kv_cache_tokens=5000), 1 << 18, CUDA, 4096, 1000)
         == 5000
     )
+
+
+def test_no_room_to_sample_the_batch_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def oom(rows: int, vocab: int, device: torch.device) -> int:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+
+    monkeypatch.setattr(engine_build, "sampling_workspace_bytes", oom)
+    with pytest.raises(
+        RuntimeError, match="sampling 256 rows of a 262144-token vocabulary .* lower max_running"
+    ):
+        engine_build.kv_slots(EngineConfig(model="m"), 1 << 18, CUDA, 4096, 262144)
