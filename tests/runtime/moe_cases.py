@@ -42,6 +42,9 @@ CASES = [
     MoECase("long_runs", 200, 4, 2, 64, 32),  # 100 pairs per expert: 64-row blocks
     MoECase("many_pairs", 300, 16, 4, 32, 16),  # 1,200 pairs, 90 blocks: the align loops go round
     MoECase("prefill_blocks", 520, 8, 2, 64, 48),  # 130 pairs per expert: 128-row blocks, PREFILL_TILES
+    # Over moe_align.PARALLEL_PAIRS (4,096): the alignment's passes in one program per chunk.
+    MoECase("wide_prefill", 1100, 16, 4, 32, 16),
+    MoECase("wide_skewed", 1100, 16, 4, 32, 16, skewed=True),  # 11 experts empty, 5 long runs
 ]
 
 

@@ -18,12 +18,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from moe_cases import CASES, ROUTE_CASES, run_moe_cases, run_route_cases  # noqa: E402
 
+from radixserve.runtime.moe_align import PARALLEL_PAIRS  # noqa: E402
+
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_fused_moe_equals_the_reference_loop(triton_cpu_results: dict, name: str) -> None:
     got = triton_cpu_results["moe"][name]
     assert got["aligned"], f"{name}: a pair missing, twice, or in another expert's block"
     assert got["rel_err"] < 1e-5, f"{name}: {got} (seed {triton_cpu_results['seed']})"
+
+
+def test_cases_take_both_alignment_paths() -> None:
+    """Decode-sized cases align in one program, prefill-sized ones in a program per chunk."""
+    pairs = [c.tokens * c.top_k for c in CASES]
+    assert min(pairs) <= PARALLEL_PAIRS < max(pairs)
 
 
 @pytest.mark.gpu
