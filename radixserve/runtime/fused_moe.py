@@ -1,7 +1,7 @@
 """Mixture-of-experts feed-forward on the GPU: two grouped GEMMs over tokens sorted by expert.
 
 Each token picked `k` experts, so a step has `P = T * k` (token, expert) pairs.
-`align` (runtime/moe_align.py, one kernel) sorts the pairs by expert and pads
+`align` (runtime/moe_align.py: one kernel, three for a prefill step) sorts the pairs by expert and pads
 each expert's run to a multiple of `BLOCK_M`, so that every block of `BLOCK_M`
 sorted pairs belongs to one expert; `grouped_gemm` then runs one program per
 (block, column tile), which reads that expert's weight tile once for all the
