@@ -35,7 +35,8 @@ python3 -c "from benchmarks.gpu_attention_check import prewarm_flashinfer as p; 
 # says which passed (-q prints dots and its summary only at the end). GPU_TESTS_K: a -k filter.
 timeout "${GPU_TESTS_S:-330}" python3 -m pytest -v -m gpu tests/runtime -p no:cacheprovider \
     ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} >"$out/gpu_tests.log" 2>&1
-echo "gpu tests exit $? (124: cut off): $(grep -c ' PASSED' "$out/gpu_tests.log") passed," \
+tests_rc=$?
+echo "gpu tests exit $tests_rc (124: cut off): $(grep -c ' PASSED' "$out/gpu_tests.log") passed," \
     "$(grep -c ' SKIPPED' "$out/gpu_tests.log") skipped," \
     "$(grep -cE ' (FAILED|ERROR)' "$out/gpu_tests.log") failed or errors"
 grep -E ' (FAILED|ERROR)' "$out/gpu_tests.log" | head -20

@@ -1,15 +1,14 @@
 """Mixture-of-experts feed-forward on the GPU: two grouped GEMMs over tokens sorted by expert.
 
-Each token picked `k` experts, so a step has `P = T * k` (token, expert) pairs.
-`align` (runtime/moe_align.py: one kernel, three for a prefill step) sorts the pairs by expert and pads
-each expert's run to a multiple of `BLOCK_M`, so that every block of `BLOCK_M`
-sorted pairs belongs to one expert; `grouped_gemm` then runs one program per
-(block, column tile), which reads that expert's weight tile once for all the
-block's pairs. The first GEMM
-reads the tokens' hidden states (`pair // k`) through `gate_up_proj [E, 2I, H]`,
-the activation-and-mul is the model's own kernel, and the second GEMM reads
-each pair's row through `down_proj [E, H, I]` and scales it by the pair's
-routing weight; the `k` rows of a token are then summed.
+Each token picked `k` experts, so a step has `P = T * k` (token, expert) pairs. `align`
+(runtime/moe_align.py: one kernel, three for a prefill step) sorts the pairs by expert
+and pads each expert's run to a multiple of `BLOCK_M`, so that every block of `BLOCK_M`
+sorted pairs belongs to one expert; `grouped_gemm` then runs one program per (block,
+column tile), which reads that expert's weight tile once for all the block's pairs. The
+first GEMM reads the tokens' hidden states (`pair // k`) through `gate_up_proj [E, 2I,
+H]`, the activation-and-mul is the model's own kernel, and the second GEMM reads each
+pair's row through `down_proj [E, H, I]` and scales it by the pair's routing weight; the
+`k` rows of a token are then summed.
 
 Nothing here waits on the device: the padded layout's size has a bound the host
 knows (`P + E * (BLOCK_M - 1)`), the grid covers that bound and programs past
