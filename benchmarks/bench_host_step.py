@@ -126,8 +126,8 @@ def child(bs_list: list[int], ctx: int, steps: int, mode: str, vocab: int) -> li
                     dev = clock() - t2
             n = len(step.sampling)
             s0 = clock()
-            if n:
-                sampler(logits[:n], step.sampling)
+            if n:  # where each row's logits were computed keys its noise; the host's work is the same
+                sampler(logits[:n], step.sampling, positions=torch.zeros(n, dtype=torch.int64))
             t_sample = clock() - s0
             k += 1
             fake = [text_ids[(k + j) % len(text_ids)] for j in range(n)]
