@@ -60,7 +60,6 @@ class DecoderAttention(nn.Module):
     def forward(
         self,
         h: torch.Tensor,
-        positions: torch.Tensor,
         rotary: RotaryEmbedding,
         attn: AttentionBackend,
         batch: ForwardBatch,
@@ -73,8 +72,7 @@ class DecoderAttention(nn.Module):
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(positions, q, k)
-        out = attn.forward(q, k, v, self.layer_id, batch)
+        out = attn.forward(q, k, v, self.layer_id, batch, rotary.rope)  # rotary where K/V are stored
         return self.o_proj(out.flatten(-2))
 
 
@@ -145,7 +143,7 @@ class DecoderLayer(nn.Module):
             x, residual = self.input_layernorm(x), x
         else:
             x, residual = self.input_layernorm.add_forward(x, residual)
-        x = self.self_attn(x, batch.positions, rotary, attn, batch)
+        x = self.self_attn(x, rotary, attn, batch)
         if self.pre_feedforward_layernorm is None or self.post_feedforward_layernorm is None:
             # Llama: post_attention_layernorm is the MLP's input norm.
             x, residual = self.post_attention_layernorm.add_forward(x, residual)

@@ -19,6 +19,7 @@ from torch import nn
 
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, quantize_weight
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 from radixserve.runtime.matmul import DEFAULT_MATMUL, Matmul
@@ -159,8 +160,9 @@ class RotaryEmbedding(nn.Module):
     leading `rotary_dim` dims of each head (all of them by default).
 
     cos/sin are cached for every position up to `max_positions` as float32
-    buffers on the default device; a forward gathers rows by position, so it
-    needs no host sync and works for any mix of positions in a batch.
+    buffers on the default device; the rotation gathers rows by position, so it
+    needs no host sync and works for any mix of positions in a batch. The
+    attention backend applies it (`rope`), where it writes the layer's K/V.
     """
 
     cos: torch.Tensor
@@ -186,8 +188,8 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", cos.to(device), persistent=False)
         self.register_buffer("sin", sin.to(device), persistent=False)
 
-    def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q `[T, Hq, D]`, k `[T, Hkv, D]`, positions `[T]`."""
-        return self.kernels.rope(positions, q, k, self.cos, self.sin)
+    @property
+    def rope(self) -> Rope:
+        """The tables and this module's op, as an attention backend takes them: the backend
+        rotates q and k where it stores K/V, in one kernel on a GPU (runtime/attention/kv_store.py)."""
+        return Rope(self.cos, self.sin, self.kernels.rope)

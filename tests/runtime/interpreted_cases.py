@@ -3,7 +3,7 @@
 `TRITON_INTERPRET=1 python interpreted_cases.py [seed]` runs the attention cases
 (attention_cases.py, cascade included), the sliding-window and soft-cap cases
 (window_cases.py), the FP8 KV cache cases (fp8_kv_cases.py), the decode-fill cases
-(step_fill_cases.py), the fused-MoE and MoE-routing cases (moe_cases.py) and the
+(step_fill_cases.py), the rotary + K/V store cases (rope_store_cases.py), the fused-MoE and MoE-routing cases (moe_cases.py) and the
 deterministic mode's (deterministic_cases.py) and prints one JSON
 object. tests/runtime/conftest.py runs it once per session in a subprocess, so that the flag
 (read when triton defines the kernels) never reaches the test process and the interpreter
@@ -21,6 +21,7 @@ from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_c
 from deterministic_cases import run_triton_invariance_cases, run_triton_matmul_cases
 from fp8_kv_cases import run_triton_fp8_cases
 from moe_cases import run_moe_cases, run_route_cases
+from rope_store_cases import run_rope_store_cases
 from step_fill_cases import run_step_fill_cases
 from window_cases import run_window_cases
 
@@ -38,6 +39,7 @@ if __name__ == "__main__":
         "windows": run_window_cases(),
         "fp8_kv": run_triton_fp8_cases(),
         "step_fill": run_step_fill_cases(seed),
+        "rope_store": run_rope_store_cases(seed),
         "moe": run_moe_cases(seed),
         "moe_route": run_route_cases(seed),
         "invariance": run_triton_invariance_cases(),

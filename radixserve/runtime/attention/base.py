@@ -3,9 +3,11 @@
 A backend computes causal attention for a `ForwardBatch` over the KV pool.
 `plan(batch)` runs once per step, before the first layer (FlashInfer builds
 its schedule there; others may precompute index tensors); `forward` runs in
-every layer: it writes the new tokens' K/V into the pool at
-`batch.out_slots`, then attends each new token to its request's context up to
-and including itself.
+every layer: it rotates the new tokens' q and k by `batch.positions` (the
+layer's `Rope`), writes their K/V into the pool at `batch.out_slots`, then
+attends each new token to its request's context up to and including itself.
+Rotary and the K/V store are one kernel where the writer fuses them
+(kv_store_select.py), which is why the backend, not the model, applies it.
 
 CUDA-graph decode (runtime/cuda_graph.py) is part of the contract:
 `decode_graphs()` gives the backend's `DecodeGraphPlanner` (decode states of a
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from radixserve.cache.kv_pool import KVPool
+from radixserve.runtime.attention.kv_store_select import KVWriter, Rope, kv_writer
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
@@ -123,6 +126,8 @@ PLAIN_LAYER = LayerOptions()
 
 class AttentionBackend(ABC):
     name: str = "base"
+    # Its kernels are Triton's, so its K/V writer is too, on the CPU under the interpreter as well.
+    triton_kernels: bool = False
 
     def __init__(
         self,
@@ -147,6 +152,7 @@ class AttentionBackend(ABC):
             replace(self.options.layer(i), kv_scales=(c.k_scale(i), c.v_scale(i)) if c.fp8 else None)
             for i in range(c.num_layers)
         ]
+        self._write_kv: KVWriter = kv_writer(pool, self.triton_kernels)
 
     @property
     def supports_cascade(self) -> bool:
@@ -186,6 +192,25 @@ class AttentionBackend(ABC):
 
     @abstractmethod
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        """q `[T, Hq, D]`, k/v `[T, Hkv, D]` for the step's new tokens -> `[T, Hq, D]`."""
+        """q `[T, Hq, D]`, k/v `[T, Hkv, D]` for the step's new tokens -> `[T, Hq, D]`; q and k
+        before `rope` (None: they come rotated). q and k may be rotated in place."""
+
+    def write_kv(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None,
+    ) -> torch.Tensor:
+        """`forward`'s first part: q and k rotated, k and v stored at `batch.out_slots`; returns q."""
+        return self._write_kv(self.pool, layer, batch.out_slots, batch.positions, q, k, v, rope)

@@ -42,7 +42,7 @@ from radixserve.runtime.attention.flashinfer_plans import (
     PlanSlot,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.kv_store_select import pool_writer
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.cascade import cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -65,7 +65,6 @@ class FlashInferDecode(AttentionBackend):
         self._level0: PlanSlot | None = None  # set for a cascade step
         self._grouped_rows: torch.Tensor | None = None  # level 0's rows; None: all, in order
         self._graph_indices: torch.Tensor | None = None
-        self._store_kv = pool_writer(self.pool)
 
     @property
     def supports_cascade(self) -> bool:
@@ -118,11 +117,17 @@ class FlashInferDecode(AttentionBackend):
         self._active, self._level0, self._grouped_rows = slot, level0, idx.grouped_rows
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
         if self._active is None:
             raise RuntimeError("FlashInferDecode.forward before plan()")
-        self._store_kv(self.pool, layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         qc = self.planner.query(q)
         cache = self.planner.caches[layer]
         scales = self.planner.run_scales[layer]

@@ -18,7 +18,7 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
 from radixserve.runtime.attention.flashinfer_plans import FlashInferPlanner, PlanSlot
-from radixserve.runtime.attention.kv_store_select import pool_writer
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
@@ -42,7 +42,6 @@ class FlashInferExtend(AttentionBackend):
         self._prefill_backend = prefill_backend
         self._turn = 0
         self._active: PlanSlot | None = None
-        self._store_kv = pool_writer(self.pool)
         self._graph_attention: GraphAttention | None = None
         if importlib.util.find_spec("triton") is not None:
             from radixserve.runtime.attention.triton_extend import graph_attention  # imports triton
@@ -66,9 +65,15 @@ class FlashInferExtend(AttentionBackend):
         self._active = slot
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        self._store_kv(self.pool, layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         qc = self.planner.query(q)
         if batch.graph is not None:  # replayed from a graph (runtime/extend_graphs.py): no plan
             assert self._graph_attention is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, DecodeGraphPlanner
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
 
@@ -55,6 +56,12 @@ class HybridAttention(AttentionBackend):
         self._half(batch).plan(batch)
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        return self._half(batch).forward(q, k, v, layer, batch)
+        return self._half(batch).forward(q, k, v, layer, batch, rope)

@@ -1,4 +1,4 @@
-"""Writing a step's new K and V into the pool in one kernel launch.
+"""Writing a step's new K and V into the pool in one kernel launch, rotating q and k on the way.
 
 `KVPool.write` is two indexed assignments per layer (K, then V): 48 kernel
 launches per step on a 24-layer model, each a few microseconds even inside a
@@ -13,9 +13,18 @@ grid in float32 (`_round_e4m3`) before the cast, so the stored bytes equal
 `kv_quant.quantize`'s, whatever rounding the cast itself does (Triton's interpreter
 drops the carry of a mantissa that rounds up into the next power of two).
 
+`rope_store_kv` also applies the layer's rotary embedding (`Rope`: float32 cos/sin
+tables over the leading R dims of a head, "rotate half" layout) in the same program:
+q rotated in place, k rotated on its way into the pool, v copied. That is one launch
+where a rope kernel (reading and writing q and k) and the store (reading k and v)
+were two, and k is read once. It computes in float32 and rounds once, as FlashInfer's
+rope does, so bf16 results differ from the reference (`TorchKernels.rope`, transformers'
+arithmetic in the model dtype) by rounding.
+
 Used by the GPU backends when triton is installed and the dtypes match (or the pool
-is FP8); everything else (the CPU, a float32 model over a bf16 pool) keeps
-`KVPool.write`. The Triton backend's CPU tests run it under the interpreter.
+is FP8); everything else (the CPU, a float32 model over a bf16 pool) keeps the model's
+rope op and `KVPool.write` (kv_store_select.py). The Triton backends' CPU tests run
+these kernels under the interpreter.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import triton.language as tl
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.kv_quant import FP8_MAX
+from radixserve.runtime.attention.kv_store_select import Rope
 
 
 @triton.jit
@@ -123,3 +133,155 @@ def store_kv(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: 
         FP8_LIMIT=FP8_MAX,
         num_warps=1 if heads * head_dim <= 512 else 4,
     )
+
+
+@triton.jit
+def _rotated_halves(ptr, mask, cos, sin, HALF: tl.constexpr):
+    """The rotated halves (x1 * cos - x2 * sin, x2 * cos + x1 * sin) in float32 of the rows
+    at `ptr` (first halves; the second are HALF further). Both come from the same thread that
+    stores them, so rotating in place races with no other thread."""
+    x1 = tl.load(ptr, mask=mask).to(tl.float32)
+    x2 = tl.load(ptr + HALF, mask=mask).to(tl.float32)
+    return x1 * cos[None, :] - x2 * sin[None, :], x2 * cos[None, :] + x1 * sin[None, :]
+
+
+@triton.jit
+def _rope_store_kernel(
+    Q,
+    K,
+    V,
+    K_cache,
+    V_cache,
+    slots,
+    positions,
+    COS,
+    SIN,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cn,
+    stride_ch,
+    stride_pos,
+    k_scale,
+    v_scale,
+    Q_HEADS: tl.constexpr,
+    KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HALF: tl.constexpr,
+    REST: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HKV: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_REST: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    FP8: tl.constexpr,
+    FP8_LIMIT: tl.constexpr,
+):
+    t = tl.program_id(0)
+    slot = tl.load(slots + t).to(tl.int64)
+    pos = tl.load(positions + t).to(tl.int64)
+    offs_i = tl.arange(0, BLOCK_HALF)
+    cos = tl.load(COS + pos * stride_pos + offs_i, mask=offs_i < HALF, other=1.0)
+    sin = tl.load(SIN + pos * stride_pos + offs_i, mask=offs_i < HALF, other=0.0)
+    # q in place: its rotated dims only (the rest pass through untouched).
+    offs_hq = tl.arange(0, BLOCK_HQ)
+    mask_q = (offs_hq[:, None] < Q_HEADS) & (offs_i[None, :] < HALF)
+    q_ptr = Q + t * stride_qt + offs_hq[:, None] * stride_qh + offs_i[None, :]
+    q1, q2 = _rotated_halves(q_ptr, mask_q, cos, sin, HALF)
+    tl.store(q_ptr, q1.to(Q.dtype.element_ty), mask=mask_q)
+    tl.store(q_ptr + HALF, q2.to(Q.dtype.element_ty), mask=mask_q)
+    # k rotated into the pool, rounded to the model's dtype first as a separate rope leaves it.
+    offs_h = tl.arange(0, BLOCK_HKV)
+    mask_k = (offs_h[:, None] < KV_HEADS) & (offs_i[None, :] < HALF)
+    k_row = K + t * stride_kt + offs_h[:, None] * stride_kh
+    k1, k2 = _rotated_halves(k_row + offs_i[None, :], mask_k, cos, sin, HALF)
+    k1, k2 = k1.to(K.dtype.element_ty), k2.to(K.dtype.element_ty)
+    if FP8:
+        k1, k2 = _quantized(k1, k_scale, FP8_LIMIT), _quantized(k2, k_scale, FP8_LIMIT)
+    dst = K_cache + slot * stride_cn + offs_h[:, None] * stride_ch
+    tl.store(dst + offs_i[None, :], k1.to(K_cache.dtype.element_ty), mask=mask_k)
+    tl.store(dst + HALF + offs_i[None, :], k2.to(K_cache.dtype.element_ty), mask=mask_k)
+    if REST > 0:  # partial rotary: the head's other dims are copied as they are
+        offs_r = tl.arange(0, BLOCK_REST)
+        mask_r = (offs_h[:, None] < KV_HEADS) & (offs_r[None, :] < REST)
+        kr = tl.load(k_row + 2 * HALF + offs_r[None, :], mask=mask_r)
+        if FP8:
+            kr = _quantized(kr, k_scale, FP8_LIMIT)
+        tl.store(dst + 2 * HALF + offs_r[None, :], kr.to(K_cache.dtype.element_ty), mask=mask_r)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_v = (offs_h[:, None] < KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
+    v = tl.load(V + t * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask_v)
+    if FP8:
+        v = _quantized(v, v_scale, FP8_LIMIT)
+    v_dst = V_cache + slot * stride_cn + offs_h[:, None] * stride_ch + offs_d[None, :]
+    tl.store(v_dst, v.to(V_cache.dtype.element_ty), mask=mask_v)
+
+
+def rope_store_kv(
+    pool: KVPool,
+    layer: int,
+    slots: torch.Tensor,
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rope: Rope | None,
+) -> torch.Tensor:
+    """q and k rotated by `positions` (`rope` None: they come rotated), k and v stored at `slots`
+    (`[T, H, D]`, rows may be strided): one launch. Returns q, rotated in place (or anew, where a
+    layout the kernel does not take falls back to `rope.apply` and `store_kv`)."""
+    if rope is None:
+        store_kv(pool, layer, slots, k, v)
+        return q
+    k_cache, v_cache = pool.k[layer], pool.v[layer]
+    fp8 = pool.config.fp8
+    same = fp8 or (k.dtype == k_cache.dtype and v.dtype == v_cache.dtype)
+    dense = all(x.stride(-1) == 1 for x in (q, k, v, rope.cos, rope.sin))
+    if not same or not dense or q.dtype != k.dtype or rope.cos.dtype != torch.float32:
+        q, k = rope.apply(positions, q, k, rope.cos, rope.sin)
+        store_kv(pool, layer, slots, k, v)
+        return q
+    n = q.shape[0]
+    if n == 0:
+        return q
+    q_heads, kv_heads, head_dim = q.shape[1], k.shape[1], k.shape[2]
+    half = rope.cos.shape[-1]
+    _rope_store_kernel[(n,)](
+        q,
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slots,
+        positions,
+        rope.cos,
+        rope.sin,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        rope.cos.stride(0),
+        pool.config.k_scale(layer),
+        pool.config.v_scale(layer),
+        Q_HEADS=q_heads,
+        KV_HEADS=kv_heads,
+        HEAD_DIM=head_dim,
+        HALF=half,
+        REST=head_dim - 2 * half,
+        BLOCK_HQ=triton.next_power_of_2(q_heads),
+        BLOCK_HKV=triton.next_power_of_2(kv_heads),
+        BLOCK_HALF=triton.next_power_of_2(half),
+        BLOCK_REST=triton.next_power_of_2(max(head_dim - 2 * half, 1)),
+        BLOCK_D=triton.next_power_of_2(head_dim),
+        FP8=fp8,
+        FP8_LIMIT=FP8_MAX,
+        num_warps=1 if q_heads * head_dim <= 512 else 4,
+    )
+    return q

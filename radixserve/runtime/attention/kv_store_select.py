@@ -1,25 +1,80 @@
-"""Which K/V writer a GPU backend uses: the one-launch Triton kernel when triton
-is installed (runtime/attention/kv_store.py says why), else `KVPool.write`."""
+"""Which K/V writer a backend uses, and the rotary embedding it applies on the way.
+
+A backend's `forward` takes q and k before rotary (`Rope`) and writes the new tokens'
+K/V: on CUDA, or in any Triton backend, with `kv_store.rope_store_kv` (one launch
+rotating q and k and storing k and v: kv_store.py says why); elsewhere (the CPU, or
+triton missing) with the model's own rope op, then `KVPool.write`, so CPU results
+stay transformers' to the bit.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from radixserve.cache.kv_pool import KVPool
 
-KVWriter = Callable[[KVPool, int, torch.Tensor, torch.Tensor, torch.Tensor], None]
+# (positions [T], q [T, Hq, D], k [T, Hkv, D], cos, sin) -> (q, k) rotated (in place or anew).
+RopeFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+]
 
 
-def _pool_write(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+@dataclass(frozen=True, eq=False)
+class Rope:
+    """A layer's rotary embedding: float32 `[max_positions, R / 2]` cos and sin tables over
+    each head's leading R dims ("rotate half" layout; the other dims pass through), and the
+    model's op computing it, for writers that do not fuse it."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    apply: RopeFn
+
+
+class KVWriter(Protocol):
+    def __call__(
+        self,
+        pool: KVPool,
+        layer: int,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        rope: Rope | None,
+    ) -> torch.Tensor:
+        """Rotate q and k by `positions` (`rope` None: they come rotated), store k and v at
+        `slots` in `layer`; returns q rotated."""
+        ...
+
+
+def write_apart(
+    pool: KVPool,
+    layer: int,
+    slots: torch.Tensor,
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rope: Rope | None,
+) -> torch.Tensor:
+    """The model's rope op, then `KVPool.write`."""
+    if rope is not None:
+        q, k = rope.apply(positions, q, k, rope.cos, rope.sin)
     pool.write(layer, slots, k, v)
+    return q
 
 
-def pool_writer(pool: KVPool) -> KVWriter:
-    if torch.device(pool.config.device).type != "cuda" or importlib.util.find_spec("triton") is None:
-        return _pool_write
-    from radixserve.runtime.attention.kv_store import store_kv  # imports triton
+def kv_writer(pool: KVPool, triton_backend: bool = False) -> KVWriter:
+    """`rope_store_kv` for a Triton backend (the interpreter runs it on the CPU) or a CUDA pool
+    with triton installed; `write_apart` otherwise."""
+    on_cuda = torch.device(pool.config.device).type == "cuda"
+    if not (triton_backend or on_cuda) or importlib.util.find_spec("triton") is None:
+        return write_apart
+    from radixserve.runtime.attention.kv_store import rope_store_kv  # imports triton
 
-    return store_kv
+    return rope_store_kv

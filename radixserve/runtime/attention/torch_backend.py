@@ -19,6 +19,7 @@ import torch
 
 from radixserve.cache.kv_quant import dequantize
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -116,9 +117,15 @@ class TorchAttention(AttentionBackend):
         return k, dequantize(self.pool.v[layer][slots], c.v_scale(layer), dtype)
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        self.pool.write(layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         gqa = self.num_heads != self.num_kv_heads
         window = self.options.window(layer)
         if self._cascade is not None:

@@ -28,6 +28,7 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 
 KV_TILE = 32
@@ -77,9 +78,15 @@ class InvariantTorchAttention(AttentionBackend):
         return self._masks[i, window]
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        self.pool.write(layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         t, hq, d = q.shape
         hk = self.num_kv_heads

@@ -30,10 +30,10 @@ from dataclasses import replace
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention import kv_store
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.warm_batches import per_layer_option
@@ -43,6 +43,7 @@ from radixserve.runtime.warm_up import KernelBuild
 
 class TritonAttention(AttentionBackend):
     name = "triton"
+    triton_kernels = True
 
     @property
     def supports_cascade(self) -> bool:
@@ -119,9 +120,15 @@ class TritonAttention(AttentionBackend):
             self._cascade = TritonCascadePlan.build(batch, batch.cascade, self._cascade_shape)
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        kv_store.store_kv(self.pool, layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type (an FP8 pool's
         # tiles are upcast to the model's).

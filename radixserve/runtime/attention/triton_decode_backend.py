@@ -28,7 +28,7 @@ from radixserve.runtime.attention.base import (
     LayerOptions,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.kv_store_select import pool_writer
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
 from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -48,6 +48,7 @@ class LayerRun(Protocol):
 
 class TritonDecodeAttention(AttentionBackend):
     name = "triton-decode"
+    triton_kernels = True
 
     def __init__(
         self,
@@ -72,7 +73,6 @@ class TritonDecodeAttention(AttentionBackend):
         self._cascade_build = triton_cascade.TritonCascadePlan.build
         self._cascade_graphs = triton_cascade_graph.CascadeGraphs(self._cascade_shape, device)
         self._active: LayerRun | None = None
-        self._store_kv = pool_writer(pool)
         # The kernels read the pool as FlashInfer's page-size-1 views (one layout for both halves).
         self._caches = [
             (k.view(-1, 1, num_kv_heads, head_dim), v.view(-1, 1, num_kv_heads, head_dim))
@@ -118,11 +118,17 @@ class TritonDecodeAttention(AttentionBackend):
         self._active = self._decode
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
         if self._active is None:
             raise RuntimeError("TritonDecodeAttention.forward before plan()")
-        self._store_kv(self.pool, layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         qc = q.to(self.dtype)
         if qc.stride(-1) != 1:  # rows may be strided (a view of the fused qkv): elements must be dense
             qc = qc.contiguous()

@@ -22,9 +22,9 @@ import triton.language as tl
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.host_copy import to_device
-from radixserve.runtime.attention import kv_store
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
 from radixserve.runtime.attention.warm_batches import per_layer_option
@@ -166,6 +166,7 @@ def token_attention(
 
 class InvariantTritonAttention(AttentionBackend):
     name = "triton-invariant"
+    triton_kernels = True
 
     @property
     def supports_windows(self) -> bool:
@@ -201,9 +202,15 @@ class InvariantTritonAttention(AttentionBackend):
         self._rows = (to_device(pos, torch.int32, self._device), to_device(start, torch.int32, self._device))
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: int,
+        batch: ForwardBatch,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
-        kv_store.store_kv(self.pool, layer, batch.out_slots, k, v)
+        q = self.write_kv(q, k, v, layer, batch, rope)
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
         out = token_attention(
