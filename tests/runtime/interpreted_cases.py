@@ -3,11 +3,11 @@
 `TRITON_INTERPRET=1 python interpreted_cases.py [seed]` runs the attention cases
 (attention_cases.py, cascade included), the sliding-window and soft-cap cases
 (window_cases.py), the FP8 KV cache cases (fp8_kv_cases.py), the decode-fill cases
-(step_fill_cases.py), the rotary + K/V store cases (rope_store_cases.py), the fused-MoE and MoE-routing cases (moe_cases.py) and the
-deterministic mode's (deterministic_cases.py) and prints one JSON
-object. tests/runtime/conftest.py runs it once per session in a subprocess, so that the flag
-(read when triton defines the kernels) never reaches the test process and the interpreter
-starts once for both.
+(step_fill_cases.py), the rotary + K/V store cases (rope_store_cases.py), the fused-MoE
+and MoE-routing cases (moe_cases.py) and the deterministic mode's (deterministic_cases.py)
+and prints one JSON object. tests/runtime/conftest.py runs it once per session in a
+subprocess, so that the flag (read when triton defines the kernels) never reaches the test
+process and the interpreter starts once for both.
 """
 
 from __future__ import annotations

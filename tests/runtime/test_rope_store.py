@@ -23,7 +23,9 @@ def _check(case: RopeCase, diffs: dict[str, float], seed: int) -> None:
         assert diffs[part] <= tolerance(case, part), f"{case.name}: {part} off by {diffs[part]} (seed {seed})"
     assert diffs["v"] == 0.0, f"{case.name}: v is copied, not computed (seed {seed})"
     assert diffs["k_untouched"] == 0.0 and diffs["v_untouched"] == 0.0, f"{case.name}: other slots written"
-    assert diffs.get("fp8_bytes_off", 0.0) == 0.0, f"{case.name}: FP8 bytes differ from the quantized bf16 pool's"
+    assert diffs.get("fp8_bytes_off", 0.0) == 0.0, (
+        f"{case.name}: FP8 bytes differ from the quantized bf16 pool's"
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
