@@ -9,7 +9,9 @@ small model they took more device time than the matmuls (H200, qwen2.5-0.5b,
 batch 32: about 1.5 of 3.1 ms per step). `FlashInferKernels` runs each as
 one FlashInfer kernel: fused add + RMSNorm, rotary from a cos/sin cache by
 position, in place on q and k, SiLU-and-mul. They compute in float32 inside
-and round once, so bf16 results differ from the reference by rounding.
+and round once, so bf16 results differ from the reference by rounding. The
+attention backend applies rotary where it stores K/V (`Rope`): on CUDA in one
+Triton kernel with the store, so the rope here runs only where that is missing.
 
 Modules read their ops from a `kernels` attribute (the reference by default);
 `use_kernels(model, kernels)` sets it on every module once, after loading.
@@ -116,17 +118,15 @@ class FlashInferKernels(TorchKernels):
         self._cos_sin: dict[int, torch.Tensor] = {}  # id(cos table) -> [max_pos, D] (cos | sin)
 
     def kernel_builds(self, use: KernelUse) -> list[KernelBuild]:
-        """FlashInfer's norm module (every RMSNorm variant), its rope module and the model's
-        activation module, each run once on a few rows of the model's dtype."""
-        shape = f"{dtype_name(use.dtype)} head_dim {use.head_dim}"
+        """FlashInfer's norm module (every RMSNorm variant) and the model's activation module,
+        each run once on a few rows of the model's dtype. Not its rope module: on CUDA the
+        attention backend rotates q and k in its K/V store kernel (runtime/attention/kv_store.py,
+        built with the backend's), and `rope` here serves only where triton is missing."""
         act = "gelu_tanh_and_mul" if use.activation == "gelu_tanh" else "silu_and_mul"
-        builds = [
+        return [
             KernelBuild(f"flashinfer norm {dtype_name(use.dtype)}", partial(self._warm_norms, use)),
             KernelBuild(f"flashinfer {act} {dtype_name(use.dtype)}", partial(self._warm_activation, use)),
         ]
-        if use.rotary_dim >= MIN_ROTARY_DIM:  # else `rope` takes the reference: nothing to build
-            builds.insert(1, KernelBuild(f"flashinfer rope {shape}", partial(self._warm_rope, use)))
-        return builds
 
     def _warm_norms(self, use: KernelUse) -> None:
         x = torch.ones(2, use.head_dim, dtype=use.dtype, device=use.device)
@@ -137,19 +137,6 @@ class FlashInferKernels(TorchKernels):
         else:
             self.add_rms_norm(x.clone(), x.clone(), w, 1e-6)
             self.rms_norm(x.view(1, 2, -1) if use.qk_norm else x, w, 1e-6)
-
-    def _warm_rope(self, use: KernelUse) -> None:
-        q = torch.zeros(2, 2, use.head_dim, dtype=use.dtype, device=use.device)
-        table = torch.ones(4, use.rotary_dim // 2, dtype=torch.float32, device=use.device)
-        positions = torch.arange(2, device=use.device)
-        self._fi.rope.apply_rope_with_cos_sin_cache_inplace(
-            positions,
-            q.flatten(-2),
-            q.clone().flatten(-2),
-            use.head_dim,
-            torch.cat((table, table), -1),
-            is_neox=True,
-        )
 
     def _warm_activation(self, use: KernelUse) -> None:
         gate_up = torch.zeros(2, 2 * 64, dtype=use.dtype, device=use.device)

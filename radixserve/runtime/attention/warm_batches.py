@@ -13,8 +13,10 @@ from functools import partial
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
+from radixserve.runtime.attention.kv_store_select import Rope
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.kernels import TORCH_KERNELS
 from radixserve.runtime.warm_up import KernelBuild, StepKind, dtype_name
 
 # (prefix, new tokens) per request: a prefill chunk after a cached prefix and a fresh prompt;
@@ -22,6 +24,7 @@ from radixserve.runtime.warm_up import KernelBuild, StepKind, dtype_name
 EXTEND = ((3, 5), (0, 2))
 DECODE = ((4, 1), (6, 1), (6, 1))
 CASCADE = CascadeGroups(rows=((1, 2),), prefix_lens=(3,))
+WARM_POSITIONS = 16  # rows of the warm-up's rotary tables: past every position above
 
 
 def tiny_batch(backend: AttentionBackend, step: StepKind) -> ForwardBatch:
@@ -53,7 +56,10 @@ def run_step(backend: AttentionBackend, step: StepKind, layer: int) -> None:
         kv = torch.zeros(
             batch.num_tokens, backend.num_kv_heads, backend.head_dim, dtype=cfg.dtype, device=cfg.device
         )
-        backend.forward(q, kv, kv, layer, batch)
+        # Rotary over the whole head, so that the writer's fused rope + store builds here too
+        # (a partial rotary builds its own variant at the first step, or at graph capture).
+        table = torch.zeros(WARM_POSITIONS, backend.head_dim // 2, dtype=torch.float32, device=cfg.device)
+        backend.forward(q, kv, kv.clone(), layer, batch, Rope(table, table, TORCH_KERNELS.rope))
 
 
 def shape_label(backend: AttentionBackend) -> str:
