@@ -56,8 +56,8 @@ def run_step(backend: AttentionBackend, step: StepKind, layer: int) -> None:
         kv = torch.zeros(
             batch.num_tokens, backend.num_kv_heads, backend.head_dim, dtype=cfg.dtype, device=cfg.device
         )
-        # Rotary over the whole head, so that the writer's fused rope + store builds here too
-        # (a partial rotary builds its own variant at the first step, or at graph capture).
+        # With rotary over the whole head: the model's steps run the writer's fused rope + store,
+        # not the plain store (a partial rotary builds its variant in the runner's tiny model step).
         table = torch.zeros(WARM_POSITIONS, backend.head_dim // 2, dtype=torch.float32, device=cfg.device)
         backend.forward(q, kv, kv.clone(), layer, batch, Rope(table, table, TORCH_KERNELS.rope))
 
