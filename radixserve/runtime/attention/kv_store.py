@@ -62,80 +62,6 @@ def _quantized(x, scale, FP8_LIMIT: tl.constexpr):
 
 
 @triton.jit
-def _store_kv_kernel(
-    K,
-    V,
-    K_cache,
-    V_cache,
-    slots,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_cn,
-    stride_ch,
-    k_scale,
-    v_scale,
-    HEADS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    FP8: tl.constexpr,
-    FP8_LIMIT: tl.constexpr,
-):
-    t = tl.program_id(0)
-    slot = tl.load(slots + t).to(tl.int64)
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_h[:, None] < HEADS) & (offs_d[None, :] < HEAD_DIM)
-    dst = slot * stride_cn + offs_h[:, None] * stride_ch + offs_d[None, :]
-    k = tl.load(K + t * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
-    if FP8:
-        k = _quantized(k, k_scale, FP8_LIMIT)
-    tl.store(K_cache + dst, k.to(K_cache.dtype.element_ty), mask=mask)
-    v = tl.load(V + t * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    if FP8:
-        v = _quantized(v, v_scale, FP8_LIMIT)
-    tl.store(V_cache + dst, v.to(V_cache.dtype.element_ty), mask=mask)
-
-
-def store_kv(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """`pool.write(layer, slots, k, v)` in one launch (`k`, `v`: `[T, Hkv, D]`, rows may be strided)."""
-    k_cache, v_cache = pool.k[layer], pool.v[layer]
-    n = k.shape[0]
-    if n == 0:
-        return
-    fp8 = pool.config.fp8
-    same = fp8 or (k.dtype == k_cache.dtype and v.dtype == v_cache.dtype)
-    if not same or k.stride(-1) != 1 or v.stride(-1) != 1:
-        pool.write(layer, slots, k, v)
-        return
-    heads, head_dim = k.shape[1], k.shape[2]
-    _store_kv_kernel[(n,)](
-        k,
-        v,
-        k_cache,
-        v_cache,
-        slots,
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        pool.config.k_scale(layer),
-        pool.config.v_scale(layer),
-        HEADS=heads,
-        HEAD_DIM=head_dim,
-        BLOCK_H=triton.next_power_of_2(heads),
-        BLOCK_D=triton.next_power_of_2(head_dim),
-        FP8=fp8,
-        FP8_LIMIT=FP8_MAX,
-        num_warps=1 if heads * head_dim <= 512 else 4,
-    )
-
-
-@triton.jit
 def _rotated_halves(ptr, mask, cos, sin, HALF: tl.constexpr):
     """The rotated halves (x1 * cos - x2 * sin, x2 * cos + x1 * sin) in float32 of the rows
     at `ptr` (first halves; the second are HALF further). Both come from the same thread that
@@ -146,7 +72,7 @@ def _rotated_halves(ptr, mask, cos, sin, HALF: tl.constexpr):
 
 
 @triton.jit
-def _rope_store_kernel(
+def _store_kernel(
     Q,
     K,
     V,
@@ -180,31 +106,34 @@ def _rope_store_kernel(
     FP8: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
 ):
+    """One token: its k and v into the pool at its slot, the leading 2 * HALF dims of q (in
+    place) and k rotated by its position on the way (HALF = 0: a plain store; q unused)."""
     t = tl.program_id(0)
     slot = tl.load(slots + t).to(tl.int64)
-    pos = tl.load(positions + t).to(tl.int64)
-    offs_i = tl.arange(0, BLOCK_HALF)
-    cos = tl.load(COS + pos * stride_pos + offs_i, mask=offs_i < HALF, other=1.0)
-    sin = tl.load(SIN + pos * stride_pos + offs_i, mask=offs_i < HALF, other=0.0)
-    # q in place: its rotated dims only (the rest pass through untouched).
-    offs_hq = tl.arange(0, BLOCK_HQ)
-    mask_q = (offs_hq[:, None] < Q_HEADS) & (offs_i[None, :] < HALF)
-    q_ptr = Q + t * stride_qt + offs_hq[:, None] * stride_qh + offs_i[None, :]
-    q1, q2 = _rotated_halves(q_ptr, mask_q, cos, sin, HALF)
-    tl.store(q_ptr, q1.to(Q.dtype.element_ty), mask=mask_q)
-    tl.store(q_ptr + HALF, q2.to(Q.dtype.element_ty), mask=mask_q)
-    # k rotated into the pool, rounded to the model's dtype first as a separate rope leaves it.
     offs_h = tl.arange(0, BLOCK_HKV)
-    mask_k = (offs_h[:, None] < KV_HEADS) & (offs_i[None, :] < HALF)
     k_row = K + t * stride_kt + offs_h[:, None] * stride_kh
-    k1, k2 = _rotated_halves(k_row + offs_i[None, :], mask_k, cos, sin, HALF)
-    k1, k2 = k1.to(K.dtype.element_ty), k2.to(K.dtype.element_ty)
-    if FP8:
-        k1, k2 = _quantized(k1, k_scale, FP8_LIMIT), _quantized(k2, k_scale, FP8_LIMIT)
     dst = K_cache + slot * stride_cn + offs_h[:, None] * stride_ch
-    tl.store(dst + offs_i[None, :], k1.to(K_cache.dtype.element_ty), mask=mask_k)
-    tl.store(dst + HALF + offs_i[None, :], k2.to(K_cache.dtype.element_ty), mask=mask_k)
-    if REST > 0:  # partial rotary: the head's other dims are copied as they are
+    if HALF > 0:
+        pos = tl.load(positions + t).to(tl.int64)
+        offs_i = tl.arange(0, BLOCK_HALF)
+        cos = tl.load(COS + pos * stride_pos + offs_i, mask=offs_i < HALF, other=1.0)
+        sin = tl.load(SIN + pos * stride_pos + offs_i, mask=offs_i < HALF, other=0.0)
+        # q in place: its rotated dims only (the rest pass through untouched).
+        offs_hq = tl.arange(0, BLOCK_HQ)
+        mask_q = (offs_hq[:, None] < Q_HEADS) & (offs_i[None, :] < HALF)
+        q_ptr = Q + t * stride_qt + offs_hq[:, None] * stride_qh + offs_i[None, :]
+        q1, q2 = _rotated_halves(q_ptr, mask_q, cos, sin, HALF)
+        tl.store(q_ptr, q1.to(Q.dtype.element_ty), mask=mask_q)
+        tl.store(q_ptr + HALF, q2.to(Q.dtype.element_ty), mask=mask_q)
+        # k rotated into the pool, rounded to the model's dtype first as a separate rope leaves it.
+        mask_k = (offs_h[:, None] < KV_HEADS) & (offs_i[None, :] < HALF)
+        k1, k2 = _rotated_halves(k_row + offs_i[None, :], mask_k, cos, sin, HALF)
+        k1, k2 = k1.to(K.dtype.element_ty), k2.to(K.dtype.element_ty)
+        if FP8:
+            k1, k2 = _quantized(k1, k_scale, FP8_LIMIT), _quantized(k2, k_scale, FP8_LIMIT)
+        tl.store(dst + offs_i[None, :], k1.to(K_cache.dtype.element_ty), mask=mask_k)
+        tl.store(dst + HALF + offs_i[None, :], k2.to(K_cache.dtype.element_ty), mask=mask_k)
+    if REST > 0:  # the dims past the rotated ones (all of them in a plain store), as they are
         offs_r = tl.arange(0, BLOCK_REST)
         mask_r = (offs_h[:, None] < KV_HEADS) & (offs_r[None, :] < REST)
         kr = tl.load(k_row + 2 * HALF + offs_r[None, :], mask=mask_r)
@@ -218,6 +147,20 @@ def _rope_store_kernel(
         v = _quantized(v, v_scale, FP8_LIMIT)
     v_dst = V_cache + slot * stride_cn + offs_h[:, None] * stride_ch + offs_d[None, :]
     tl.store(v_dst, v.to(V_cache.dtype.element_ty), mask=mask_v)
+
+
+def _kernel_takes(pool: KVPool, layer: int, *rows: torch.Tensor) -> bool:
+    """The kernel reads rows with dense last dims, of the pool's dtype (any, for an FP8 pool)."""
+    same = pool.config.fp8 or all(x.dtype == pool.k[layer].dtype for x in rows)
+    return same and all(x.stride(-1) == 1 for x in rows)
+
+
+def store_kv(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """`pool.write(layer, slots, k, v)` in one launch (`k`, `v`: `[T, Hkv, D]`, rows may be strided)."""
+    if not _kernel_takes(pool, layer, k, v):
+        pool.write(layer, slots, k, v)
+        return
+    _launch(pool, layer, slots, k, v, None)
 
 
 def rope_store_kv(
@@ -236,20 +179,36 @@ def rope_store_kv(
     if rope is None:
         store_kv(pool, layer, slots, k, v)
         return q
-    k_cache, v_cache = pool.k[layer], pool.v[layer]
-    fp8 = pool.config.fp8
-    same = fp8 or (k.dtype == k_cache.dtype and v.dtype == v_cache.dtype)
-    dense = all(x.stride(-1) == 1 for x in (q, k, v, rope.cos, rope.sin))
-    if not same or not dense or q.dtype != k.dtype or rope.cos.dtype != torch.float32:
+    tables = (
+        rope.cos.dtype == rope.sin.dtype == torch.float32 and rope.cos.stride(-1) == rope.sin.stride(-1) == 1
+    )
+    if not (tables and q.dtype == k.dtype and _kernel_takes(pool, layer, q, k, v)):
         q, k = rope.apply(positions, q, k, rope.cos, rope.sin)
         store_kv(pool, layer, slots, k, v)
         return q
-    n = q.shape[0]
+    _launch(pool, layer, slots, k, v, (positions, q, rope.cos, rope.sin))
+    return q
+
+
+def _launch(
+    pool: KVPool,
+    layer: int,
+    slots: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rotate: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> None:
+    """`_store_kernel` over the tokens; `rotate`: (positions, q, cos, sin), None for a plain store."""
+    n = k.shape[0]
     if n == 0:
-        return q
-    q_heads, kv_heads, head_dim = q.shape[1], k.shape[1], k.shape[2]
-    half = rope.cos.shape[-1]
-    _rope_store_kernel[(n,)](
+        return
+    k_cache, v_cache = pool.k[layer], pool.v[layer]
+    kv_heads, head_dim = k.shape[1], k.shape[2]
+    # A plain store passes k for q and slots for the tables: pointers the kernel never reads.
+    positions, q, cos, sin = rotate if rotate is not None else (slots, k, slots, slots)
+    half = cos.shape[-1] if rotate is not None else 0
+    q_heads, rest = q.shape[1], head_dim - 2 * half
+    _store_kernel[(n,)](
         q,
         k,
         v,
@@ -257,8 +216,8 @@ def rope_store_kv(
         v_cache,
         slots,
         positions,
-        rope.cos,
-        rope.sin,
+        cos,
+        sin,
         q.stride(0),
         q.stride(1),
         k.stride(0),
@@ -267,21 +226,20 @@ def rope_store_kv(
         v.stride(1),
         k_cache.stride(0),
         k_cache.stride(1),
-        rope.cos.stride(0),
+        cos.stride(0),
         pool.config.k_scale(layer),
         pool.config.v_scale(layer),
         Q_HEADS=q_heads,
         KV_HEADS=kv_heads,
         HEAD_DIM=head_dim,
         HALF=half,
-        REST=head_dim - 2 * half,
+        REST=rest,
         BLOCK_HQ=triton.next_power_of_2(q_heads),
         BLOCK_HKV=triton.next_power_of_2(kv_heads),
-        BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_REST=triton.next_power_of_2(max(head_dim - 2 * half, 1)),
+        BLOCK_HALF=triton.next_power_of_2(max(half, 1)),
+        BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
         BLOCK_D=triton.next_power_of_2(head_dim),
-        FP8=fp8,
+        FP8=pool.config.fp8,
         FP8_LIMIT=FP8_MAX,
-        num_warps=1 if q_heads * head_dim <= 512 else 4,
+        num_warps=1 if max(q_heads, kv_heads) * head_dim <= 512 else 4,
     )
-    return q

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -35,21 +34,12 @@ class Rope:
     apply: RopeFn
 
 
-class KVWriter(Protocol):
-    def __call__(
-        self,
-        pool: KVPool,
-        layer: int,
-        slots: torch.Tensor,
-        positions: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        rope: Rope | None,
-    ) -> torch.Tensor:
-        """Rotate q and k by `positions` (`rope` None: they come rotated), store k and v at
-        `slots` in `layer`; returns q rotated."""
-        ...
+# (pool, layer, slots, positions, q, k, v, rope) -> q: q and k rotated by `positions` (`rope`
+# None: they come rotated), k and v stored at `slots` in `layer`; q returned rotated.
+KVWriter = Callable[
+    [KVPool, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Rope | None],
+    torch.Tensor,
+]
 
 
 def write_apart(
