@@ -129,3 +129,13 @@ def test_dummy_gemma_does_not_just_repeat_its_input(tmp_path: Path, helpers: Any
         assert torch.isfinite(logits).all()
         repeats += int(logits[-1].argmax()) == ids[-1]
     assert repeats <= 2, repeats
+
+
+def test_rotary_tables_stay_float32_and_dense_in_a_bf16_model() -> None:
+    """The fused rope + K/V store (runtime/attention/kv_store.py) takes float32 tables with
+    dense rows; a bf16 model that cast them would fall back to a separate rope every layer."""
+    model = load_model("dummy:smollm2-135m", dtype=torch.bfloat16).model
+    rope = model.model.rotary_emb.rope
+    for table in (rope.cos, rope.sin):
+        assert table.dtype == torch.float32 and table.stride(-1) == 1
+    assert next(model.parameters()).dtype == torch.bfloat16
