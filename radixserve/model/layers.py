@@ -19,7 +19,7 @@ from torch import nn
 
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, quantize_weight
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 from radixserve.runtime.matmul import DEFAULT_MATMUL, Matmul

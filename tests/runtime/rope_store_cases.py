@@ -19,7 +19,8 @@ import torch
 from radixserve.cache.kv_pool import KVPool, KVPoolConfig
 from radixserve.cache.kv_quant import FP8_KV_DTYPE, quantize
 from radixserve.runtime.attention.kv_store import rope_store_kv
-from radixserve.runtime.attention.kv_store_select import Rope, write_apart
+from radixserve.runtime.attention.kv_store_select import write_apart
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.kernels import TORCH_KERNELS
 
 MAX_POS = 4096

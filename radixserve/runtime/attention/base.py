@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-from radixserve.runtime.attention.kv_store_select import KVWriter, Rope, kv_writer
+from radixserve.runtime.attention.kv_store_select import KVWriter, kv_writer
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild

@@ -42,7 +42,7 @@ from radixserve.runtime.attention.flashinfer_plans import (
     PlanSlot,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.cascade import cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch

@@ -18,7 +18,7 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
 from radixserve.runtime.attention.flashinfer_plans import FlashInferPlanner, PlanSlot
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, DecodeGraphPlanner
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
 

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.kv_quant import FP8_MAX
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 
 
 @triton.jit

@@ -11,28 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from radixserve.cache.kv_pool import KVPool
-
-# (positions [T], q [T, Hq, D], k [T, Hkv, D], cos, sin) -> (q, k) rotated (in place or anew).
-RopeFn = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-]
-
-
-@dataclass(frozen=True, eq=False)
-class Rope:
-    """A layer's rotary embedding: float32 `[max_positions, R / 2]` cos and sin tables over
-    each head's leading R dims ("rotate half" layout; the other dims pass through), and the
-    model's op computing it, for writers that do not fuse it."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-    apply: RopeFn
-
+from radixserve.runtime.attention.rope import Rope
 
 # (pool, layer, slots, positions, q, k, v, rope) -> q: q and k rotated by `positions` (`rope`
 # None: they come rotated), k and v stored at `slots` in `layer`; q returned rotated.

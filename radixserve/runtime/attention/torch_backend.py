@@ -19,7 +19,7 @@ import torch
 
 from radixserve.cache.kv_quant import dequantize
 from radixserve.runtime.attention.base import AttentionBackend
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch

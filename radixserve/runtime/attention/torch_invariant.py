@@ -28,7 +28,7 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 
 KV_TILE = 32

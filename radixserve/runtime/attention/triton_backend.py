@@ -33,7 +33,7 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.warm_batches import per_layer_option

@@ -28,7 +28,7 @@ from radixserve.runtime.attention.base import (
     LayerOptions,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
 from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch

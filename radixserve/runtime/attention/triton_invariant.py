@@ -24,7 +24,7 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
 from radixserve.runtime.attention.warm_batches import per_layer_option

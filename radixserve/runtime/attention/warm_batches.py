@@ -13,7 +13,7 @@ from functools import partial
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
-from radixserve.runtime.attention.kv_store_select import Rope
+from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.cascade import CascadeGroups
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.kernels import TORCH_KERNELS
