@@ -24,7 +24,8 @@ the transformers peer runs in the same process on the same weights.
 Sections (model; seconds on one H200, estimated from earlier runs):
 correctness (tiny, qwen2.5-0.5b, llama-3.1-8b; ~80), w1 (both, with the
 peer's sweep; ~150), w1s (both: W1 sampled at temperature 0.8, top_p 0.95,
-seeded, and greedy W1 again on the same engine; ~60), w2 (llama; ~25), w3 (qwen; ~45),
+seeded, and greedy W1 again on the same engine; ~60), w1l (llama: TensorRT-LLM's protocol,
+1000/1000 × 3000 and 128/128 × 30000, suite/w1l.py; ~300 each in bf16), w2 (llama; ~25), w3 (qwen; ~45),
 w4 (llama, mixed steps and prefill first, each with its W1; ~150), w5
 (llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90),
 cold (both: start() with an empty FlashInfer workspace, then 256 W1 requests streamed, TTFT
@@ -50,13 +51,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.suite import cold, decode, knobs, workloads  # noqa: E402
+from benchmarks.suite import cold, decode, knobs, w1l, workloads  # noqa: E402
 from benchmarks.suite import correctness as corr  # noqa: E402
 from benchmarks.suite.context import Ctx, Sizes  # noqa: E402
 from benchmarks.suite.engines import free_memory, make_target  # noqa: E402
 from benchmarks.suite.report import Recorder  # noqa: E402
 
-SECTIONS = ("correctness", "w1", "w1s", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
+SECTIONS = ("correctness", "w1", "w1s", "w1l", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -93,6 +94,7 @@ def plan(ctx: Ctx, only: set[str], correctness_layers: int = 0) -> list[tuple[st
     sections: list[tuple[str, Callable[[Ctx, str], None], list[str]]] = [
         ("w1", workloads.w1, models),
         ("w1s", workloads.w1_sampled, models),
+        ("w1l", w1l.w1l, [large]),
         ("w2", workloads.w2, [large]),
         ("w3", workloads.w3, [small]),
         ("w4", workloads.w4, [large]),
@@ -157,6 +159,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="EngineConfig.deterministic of every engine (recorded; settings end in ' deterministic')",
     )
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
+    ap.add_argument(
+        "--w1l",
+        default="",
+        help="W1L settings ISL/OSL:N, e.g. 1000/1000:1000 (default 1000/1000:3000,128/128:30000)",
+    )
     args = ap.parse_args(argv)
     args.only_set = set(filter(None, args.only.split(","))) or set(SECTIONS)
     unknown = args.only_set - set(SECTIONS)
@@ -198,6 +205,8 @@ def main(argv: list[str] | None = None) -> Path:
         sizes = replace(sizes, chunk_sizes=chunk_sizes)
     if args.w4_rates:
         sizes = replace(sizes, w4_rates=tuple(float(r) for r in args.w4_rates.split(",")))
+    if args.w1l:
+        sizes = replace(sizes, w1l=w1l.parse_settings(args.w1l))
     gpu = target.device == "cuda" and "H200" in torch.cuda.get_device_name()
     stem = ("h200" if gpu else "gpu" if target.device == "cuda" else "suite_cpu") + (
         "_quick" if args.quick else ""

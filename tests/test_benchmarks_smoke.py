@@ -191,6 +191,16 @@ def test_suite_arithmetic() -> None:
     assert prof["step_period_ms"] == pytest.approx(10.0) and prof["steps"] == 3
 
 
+def test_w1l_settings_and_requests() -> None:
+    w1l = _load_suite("w1l")
+    assert w1l.parse_settings("1000/1000:3000,128/128:30000") == ((1000, 1000, 3000), (128, 128, 30000))
+    with pytest.raises(ValueError, match="ISL/OSL:N"):
+        w1l.parse_settings("1000:3000")
+    reqs = w1l.w1l_requests(5, 7, 3, vocab=50)
+    assert len(reqs) == 5 and all(len(ids) == 7 and n == 3 and max(ids) < 50 for ids, n in reqs)
+    assert reqs == w1l.w1l_requests(5, 7, 3, vocab=50)  # seeded: every run asks the same
+
+
 def test_gpu_suite_sections_are_selectable() -> None:
     sys.path.insert(0, str(BENCHMARKS.parent))
     import importlib
@@ -268,6 +278,7 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
         "chunks",
         "W1-cold",
         "W1-sampled",
+        "W1L",
     }
 
     def get(workload: str, setting: str, metric: str) -> dict[str, Any]:
@@ -318,6 +329,10 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     assert get("pages", "page=1", "paged_pool_waste_frac")["value"] == 0.0
     rates = {r["rate"] for r in recs if r["workload"] == "chunks" and "rate" in r}
     assert len(rates) == 1  # every chunk size meets the same load
+    # W1L (quick: 24/8 x 6 and 8/8 x 12), named by the setting, beside the pool's capacity.
+    for setting, n in (("24/8", 6), ("8/8", 12)):
+        w1l = get("W1L", setting, "output_tok_s")
+        assert w1l["value"] > 0 and w1l["requests"] == n and w1l["kv_total_slots"] > 0
 
 
 def test_step_probe_finds_its_hooks_or_falls_back() -> None:

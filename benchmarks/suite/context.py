@@ -40,6 +40,9 @@ class Sizes:
     page_decode: tuple[int, int, int] = (64, 512, 128)  # requests, prompt, output
     chunk_sizes: tuple[int, ...] = (8192, 2048, 512)  # the default first: the shared W4 rate
     chunk_n: int = 128  # W1 and W4 requests per chunk size
+    # W1L settings (ISL, OSL, N): as TensorRT-LLM publishes them (suite/w1l.py); one device call
+    # of 10 min fits one of them at bf16 speed, so `--w1l` picks.
+    w1l: tuple[tuple[int, int, int], ...] = ((1000, 1000, 3000), (128, 128, 30000))
 
     @staticmethod
     def full() -> Sizes:
@@ -71,6 +74,7 @@ class Sizes:
             page_decode=(4, 40, 6),
             chunk_sizes=(64, 16),
             chunk_n=8,
+            w1l=((24, 8, 6), (8, 8, 12)),
         )
 
 
