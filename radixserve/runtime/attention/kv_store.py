@@ -179,9 +179,9 @@ def rope_store_kv(
     if rope is None:
         store_kv(pool, layer, slots, k, v)
         return q
-    tables = (
-        rope.cos.dtype == rope.sin.dtype == torch.float32 and rope.cos.stride(-1) == rope.sin.stride(-1) == 1
-    )
+    # Float32 tables of one layout (the kernel reads both at cos's row stride), dense rows.
+    tables = rope.cos.dtype == rope.sin.dtype == torch.float32 and rope.cos.stride() == rope.sin.stride()
+    tables = tables and rope.cos.stride(-1) == 1
     if not (tables and q.dtype == k.dtype and _kernel_takes(pool, layer, q, k, v)):
         q, k = rope.apply(positions, q, k, rope.cos, rope.sin)
         store_kv(pool, layer, slots, k, v)
