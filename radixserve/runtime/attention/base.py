@@ -191,7 +191,6 @@ class AttentionBackend(ABC):
     def plan(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook, not abstract
         """Prepare per-step state shared by all layers. Default: nothing."""
 
-    @abstractmethod
     def forward(
         self,
         q: torch.Tensor,
@@ -202,16 +201,12 @@ class AttentionBackend(ABC):
         rope: Rope | None = None,
     ) -> torch.Tensor:
         """q `[T, Hq, D]`, k/v `[T, Hkv, D]` for the step's new tokens -> `[T, Hq, D]`; q and k
-        before `rope` (None: they come rotated). q and k may be rotated in place."""
+        before `rope` (None: they come rotated), rotated (q in place where the writer fuses it)
+        and k, v stored at `batch.out_slots` by this backend's writer, then `attend`."""
+        q = self._write_kv(self.pool, layer, batch.out_slots, batch.positions, q, k, v, rope)
+        return self.attend(q, layer, batch)
 
-    def write_kv(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None,
-    ) -> torch.Tensor:
-        """`forward`'s first part: q and k rotated, k and v stored at `batch.out_slots`; returns q."""
-        return self._write_kv(self.pool, layer, batch.out_slots, batch.positions, q, k, v, rope)
+    @abstractmethod
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
+        """The new tokens' rotated q `[T, Hq, D]` attending their contexts in the pool, their
+        own K/V already written there -> `[T, Hq, D]`."""

@@ -42,7 +42,6 @@ from radixserve.runtime.attention.flashinfer_plans import (
     PlanSlot,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.cascade import cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -116,18 +115,9 @@ class FlashInferDecode(AttentionBackend):
         self.planner.plan_prefill(level0, idx.group_sizes, idx.prefix_lens, idx.prefix_indices, causal=False)
         self._active, self._level0, self._grouped_rows = slot, level0, idx.grouped_rows
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         if self._active is None:
             raise RuntimeError("FlashInferDecode.forward before plan()")
-        q = self.write_kv(q, k, v, layer, batch, rope)
         qc = self.planner.query(q)
         cache = self.planner.caches[layer]
         scales = self.planner.run_scales[layer]

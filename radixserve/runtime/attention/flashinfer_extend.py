@@ -18,7 +18,6 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, LayerOptions
 from radixserve.runtime.attention.flashinfer_plans import FlashInferPlanner, PlanSlot
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
@@ -64,16 +63,7 @@ class FlashInferExtend(AttentionBackend):
         self.planner.plan_prefill(slot, batch.extend_lens, batch.seq_lens, batch.kv_indices, causal=True)
         self._active = slot
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        q = self.write_kv(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         qc = self.planner.query(q)
         if batch.graph is not None:  # replayed from a graph (runtime/extend_graphs.py): no plan
             assert self._graph_attention is not None

@@ -2,8 +2,9 @@
 
 A step goes to one half: a decode step (one new token per request, `batch.is_decode`; cascade
 steps too) to `decode`, any other step to `extend`, and so does its plan. Decode graphs are the
-decode half's (`decode_graphs`), extend graphs the extend half's (`graph_extend`). Each half
-writes the step's K/V into the pool itself, so a layer's forward is one call to one half.
+decode half's (`decode_graphs`), extend graphs the extend half's (`graph_extend`). The hybrid
+writes the step's K/V (`AttentionBackend.forward`; on CUDA the same fused writer as either half),
+then a layer's attention is one call to one half.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, DecodeGraphPlanner
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.warm_up import KernelBuild
 
@@ -55,13 +55,5 @@ class HybridAttention(AttentionBackend):
     def plan(self, batch: ForwardBatch) -> None:
         self._half(batch).plan(batch)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        return self._half(batch).forward(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
+        return self._half(batch).attend(q, layer, batch)

@@ -19,7 +19,6 @@ import torch
 
 from radixserve.cache.kv_quant import dequantize
 from radixserve.runtime.attention.base import AttentionBackend
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.torch_cascade import TorchCascadePlan, cascade_forward, plan_cascade
 from radixserve.runtime.attention.torch_masked import attention, causal_mask, window_valid
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -116,16 +115,7 @@ class TorchAttention(AttentionBackend):
         k = dequantize(self.pool.k[layer][slots], c.k_scale(layer), dtype)
         return k, dequantize(self.pool.v[layer][slots], c.v_scale(layer), dtype)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        q = self.write_kv(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         gqa = self.num_heads != self.num_kv_heads
         window = self.options.window(layer)
         if self._cascade is not None:

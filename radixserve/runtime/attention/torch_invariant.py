@@ -28,7 +28,6 @@ import torch
 
 from radixserve.runtime.attention.base import AttentionBackend, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.forward_batch import ForwardBatch
 
 KV_TILE = 32
@@ -77,16 +76,7 @@ class InvariantTorchAttention(AttentionBackend):
             self._masks[i, window] = mask
         return self._masks[i, window]
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        q = self.write_kv(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         t, hq, d = q.shape
         hk = self.num_kv_heads

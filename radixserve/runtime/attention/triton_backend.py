@@ -33,7 +33,6 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.runtime.attention import triton_extend as te
 from radixserve.runtime.attention import triton_kernels as tk
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_cascade import CascadeShape, TritonCascadePlan
 from radixserve.runtime.attention.triton_decode import decode_tiling
 from radixserve.runtime.attention.warm_batches import per_layer_option
@@ -119,16 +118,7 @@ class TritonAttention(AttentionBackend):
         if self._is_decode and batch.cascade is not None and self.supports_cascade:
             self._cascade = TritonCascadePlan.build(batch, batch.cascade, self._cascade_shape)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        q = self.write_kv(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         # The kernels multiply q with pool tiles, which needs one element type (an FP8 pool's
         # tiles are upcast to the model's).

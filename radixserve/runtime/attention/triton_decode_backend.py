@@ -28,7 +28,6 @@ from radixserve.runtime.attention.base import (
     LayerOptions,
 )
 from radixserve.runtime.attention.graph_checks import check_graph_batch
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
 from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -117,18 +116,9 @@ class TritonDecodeAttention(AttentionBackend):
         self._decode.plan(batch)
         self._active = self._decode
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         if self._active is None:
             raise RuntimeError("TritonDecodeAttention.forward before plan()")
-        q = self.write_kv(q, k, v, layer, batch, rope)
         qc = q.to(self.dtype)
         if qc.stride(-1) != 1:  # rows may be strided (a view of the fused qkv): elements must be dense
             qc = qc.contiguous()

@@ -24,7 +24,6 @@ from radixserve.cache.kv_pool import KVPool
 from radixserve.host_copy import to_device
 from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
 from radixserve.runtime.attention.invariant_rows import token_positions
-from radixserve.runtime.attention.rope import Rope
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
 from radixserve.runtime.attention.warm_batches import per_layer_option
@@ -201,16 +200,7 @@ class InvariantTritonAttention(AttentionBackend):
         # One pinned copy per array, queued on the stream (host_copy): no sync.
         self._rows = (to_device(pos, torch.int32, self._device), to_device(start, torch.int32, self._device))
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: int,
-        batch: ForwardBatch,
-        rope: Rope | None = None,
-    ) -> torch.Tensor:
-        q = self.write_kv(q, k, v, layer, batch, rope)
+    def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
         out = token_attention(

@@ -59,7 +59,7 @@ def run_step(backend: AttentionBackend, step: StepKind, layer: int) -> None:
         # With rotary over the whole head: the model's steps run the writer's fused rope + store,
         # not the plain store (a partial rotary builds its variant in the runner's tiny model step).
         table = torch.zeros(WARM_POSITIONS, backend.head_dim // 2, dtype=torch.float32, device=cfg.device)
-        backend.forward(q, kv, kv.clone(), layer, batch, Rope(table, table, TORCH_KERNELS.rope))
+        backend.forward(q, kv, kv, layer, batch, Rope(table, table, TORCH_KERNELS.rope))
 
 
 def shape_label(backend: AttentionBackend) -> str:
