@@ -161,7 +161,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk-sizes", default="", help="e.g. 512,1024,2048,4096,8192 (default 8192,2048,512)")
     ap.add_argument(
         "--w1l",
-        default="",
+        type=w1l.parse_settings,  # a malformed setting is a usage error, not a traceback
+        default=(),
         help="W1L settings ISL/OSL:N, e.g. 1000/1000:1000 (default 1000/1000:3000,128/128:30000)",
     )
     args = ap.parse_args(argv)
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> Path:
     if args.w4_rates:
         sizes = replace(sizes, w4_rates=tuple(float(r) for r in args.w4_rates.split(",")))
     if args.w1l:
-        sizes = replace(sizes, w1l=w1l.parse_settings(args.w1l))
+        sizes = replace(sizes, w1l=args.w1l)
     gpu = target.device == "cuda" and "H200" in torch.cuda.get_device_name()
     stem = ("h200" if gpu else "gpu" if target.device == "cuda" else "suite_cpu") + (
         "_quick" if args.quick else ""
