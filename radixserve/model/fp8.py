@@ -17,6 +17,7 @@ experts have no FP8 path yet), so an FP8 checkpoint with FP8 experts is refused.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import torch
@@ -97,11 +98,16 @@ def prepare_fp8_checkpoint(model: nn.Module, files: list[Path]) -> int:
 
 
 def require_fp8_device(device: torch.device, dtype: torch.dtype) -> None:
-    """On CUDA: FP8 tensor cores and a dtype the row-wise scaled GEMM writes. The CPU
-    runs the reference in any dtype."""
+    """On CUDA: FP8 tensor cores, triton, and a dtype the row-wise scaled GEMM writes. The
+    CPU runs the reference in any dtype."""
     if device.type != "cuda":
         return
     check_capability(torch.cuda.get_device_capability(device), str(device))
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError(
+            "FP8 weights on CUDA need triton (it quantizes each linear's input): "
+            "pip install 'radixserve[gpu]'"
+        )
     if dtype not in CUDA_DTYPES:
         raise ValueError(
             f"FP8 weights on CUDA need dtype bfloat16 or float16 (the scaled GEMM's output), not {dtype}"

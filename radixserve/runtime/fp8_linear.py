@@ -7,9 +7,10 @@ e4m3fn value), and `W_q`, `s_w` come from the checkpoint or from `quantize_rows`
 over the weight at load. One function quantizes weights and activations alike,
 so both paths round the same way:
 
-- on CUDA (compute capability >= 8.9) one `torch._scaled_mm` with row-wise scales
-  (`scale_a [M, 1]`, `scale_b [1, N]`) and the bias in its epilogue: no host sync,
-  so CUDA graphs capture it;
+- on CUDA (compute capability >= 8.9, triton installed) the activation quantized by
+  one Triton launch (fp8_quant.quantize_tokens: the same bytes and scales as
+  `quantize_rows`), then one `torch._scaled_mm` with row-wise scales (`scale_a [M, 1]`,
+  `scale_b [1, N]`) and the bias in its epilogue: no host sync, so CUDA graphs capture it;
 - elsewhere `reference_linear`, the specification of the GPU path: the same
   quantized activation turned back into floats, the dequantized weight, one float32
   matmul (what transformers computes with dequantized weights and per-token
@@ -18,28 +19,33 @@ so both paths round the same way:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
+from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
+
 # The least compute capability with FP8 tensor cores (Ada 8.9, Hopper 9.0 and later).
 MIN_CAPABILITY = (8, 9)
 # `_scaled_mm` wants K and N multiples of 16 (the second operand column-major).
 GEMM_ALIGN = 16
 # Row-wise scaled GEMMs write bfloat16 or float16 (float32 only through some cuBLAS versions).
 CUDA_DTYPES = (torch.bfloat16, torch.float16)
-# An all-zero row still gets a finite scale (its values quantize to zero).
-_MIN_AMAX = 1e-12
 
 
 def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(float8_e4m3fn values, float32 scales `[..., 1]`) of each row of `t`, so that
     `values.float() * scales` approximates `t`: scale = absmax(row) / 448, in float32."""
     amax = t.abs().amax(dim=-1, keepdim=True).float()
-    scale = amax.clamp(min=_MIN_AMAX) / FP8_MAX
+    scale = amax.clamp(min=MIN_AMAX) / FP8_MAX
     values = (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return values, scale
+
+
+# `[M, K]` -> (float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`): `quantize_rows`, or
+# fp8_quant.quantize_tokens (the same bytes in one Triton launch).
+Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +70,9 @@ def fp8_linear(
 ) -> torch.Tensor:
     """`x [..., K]` times an FP8 `weight [N, K]` with per-row `scale [N]`, plus `bias`."""
     if x.is_cuda:
-        return scaled_mm_linear(x, weight, scale, bias)
+        from radixserve.runtime.fp8_quant import quantize_tokens  # imports triton: CUDA only
+
+        return scaled_mm_linear(x, weight, scale, bias, quantize_tokens)
     return reference_linear(x, weight, scale, bias)
 
 
@@ -78,13 +86,17 @@ def reference_linear(
 
 
 def scaled_mm_linear(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    quantize: Quantizer = quantize_rows,
 ) -> torch.Tensor:
-    """One row-wise scaled FP8 GEMM (`torch._scaled_mm`): x row-major, the weight's
-    transpose a column-major view of the stored `[N, K]` rows, fp32 scales, the output
-    in x's dtype (bfloat16 or float16 on CUDA; checked at load)."""
+    """One row-wise scaled FP8 GEMM (`torch._scaled_mm`): x quantized per row by `quantize`
+    (row-major), the weight's transpose a column-major view of the stored `[N, K]` rows, fp32
+    scales, the output in x's dtype (bfloat16 or float16 on CUDA; checked at load)."""
     lead = x.shape[:-1]
-    x_q, x_scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    x_q, x_scale = quantize(x.reshape(-1, x.shape[-1]))
     y = torch._scaled_mm(
         x_q,
         weight.t(),

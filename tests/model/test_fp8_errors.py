@@ -125,6 +125,22 @@ def test_fp8_on_an_old_gpu_is_refused_before_loading(monkeypatch: pytest.MonkeyP
     require_fp8_device(torch.device("cpu"), torch.float32)  # the reference runs anything
 
 
+def test_fp8_on_cuda_without_triton_is_refused_before_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA FP8 linear quantizes its input with a Triton kernel: no triton, a load error."""
+    import importlib.util
+
+    from radixserve.model.fp8 import require_fp8_device
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "triton" else find_spec(name, *a)
+    )
+    with pytest.raises(ValueError, match=r"need triton.*radixserve\[gpu\]"):
+        require_fp8_device(torch.device("cuda:0"), torch.bfloat16)
+    require_fp8_device(torch.device("cpu"), torch.bfloat16)  # the CPU reference needs none
+
+
 def test_scaled_mm_call_agrees_with_the_reference_on_the_cpu() -> None:
     """The GPU path's `_scaled_mm` call (layouts, scale shapes, bias) runs on the CPU too:
     it agrees with the reference to bfloat16 rounding."""

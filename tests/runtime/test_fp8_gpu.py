@@ -48,7 +48,9 @@ def test_scaled_mm_matches_the_reference(m: int, k: int, n: int, bias: bool) -> 
     want = reference_linear(x.cpu(), layer.weight.cpu(), layer.weight_scale.cpu(), cpu_bias)
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     assert _rel(got.cpu(), want) < 1e-2
-    assert torch.equal(layer(x), got)  # Linear's forward takes this path on CUDA
+    # Linear's forward takes this path on CUDA, its input quantized by fp8_quant's one launch:
+    # the same bytes as quantize_rows, so the same output.
+    assert torch.equal(layer(x), got)
 
 
 def test_fp8_linear_replays_in_a_cuda_graph() -> None:

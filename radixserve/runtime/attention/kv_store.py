@@ -9,7 +9,7 @@ output (no copies) and writes the pool's `[slots, Hkv, D]` rows at `slots`.
 
 An FP8 pool (cache/kv_quant.py) is the kernel's `FP8` switch: each row is divided
 by its layer's scale, saturated to +-448 and rounded to nearest even onto the e4m3
-grid in float32 (`_round_e4m3`) before the cast, so the stored bytes equal
+grid in float32 (`fp8_quant.round_e4m3`) before the cast, so the stored bytes equal
 `kv_quant.quantize`'s, whatever rounding the cast itself does (Triton's interpreter
 drops the carry of a mantissa that rounds up into the next power of two).
 
@@ -36,29 +36,7 @@ import triton.language as tl
 from radixserve.cache.kv_pool import KVPool
 from radixserve.cache.kv_quant import FP8_MAX
 from radixserve.runtime.attention.rope import Rope
-
-
-@triton.jit
-def _round_e4m3(x):
-    """float32 `x` (within +-448) rounded to nearest even onto float8_e4m3fn's grid: the step
-    is 2^(e - 3) for x in [2^e, 2^(e+1)), and 2^-9 below 2^-6 (subnormals). Exponents come from
-    the bits, so every operation is exact."""
-    e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.maximum(e, -6)
-    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    inv_step = ((127 - (e - 3)) << 23).to(tl.float32, bitcast=True)
-    y = x * inv_step
-    r = tl.floor(y)
-    d = y - r
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-    r = tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
-    return tl.where(r == 0.0, x * 0.0, r * step)  # x * 0 keeps the sign of a zero, as a cast does
-
-
-@triton.jit
-def _quantized(x, scale, FP8_LIMIT: tl.constexpr):
-    y = tl.clamp(x.to(tl.float32) / scale, -FP8_LIMIT, FP8_LIMIT)
-    return _round_e4m3(y)
+from radixserve.runtime.fp8_quant import quantized
 
 
 @triton.jit
@@ -130,7 +108,7 @@ def _store_kernel(
         k1, k2 = _rotated_halves(k_row + offs_i[None, :], mask_k, cos, sin, HALF)
         k1, k2 = k1.to(K.dtype.element_ty), k2.to(K.dtype.element_ty)
         if FP8:
-            k1, k2 = _quantized(k1, k_scale, FP8_LIMIT), _quantized(k2, k_scale, FP8_LIMIT)
+            k1, k2 = quantized(k1, k_scale, FP8_LIMIT), quantized(k2, k_scale, FP8_LIMIT)
         tl.store(dst + offs_i[None, :], k1.to(K_cache.dtype.element_ty), mask=mask_k)
         tl.store(dst + HALF + offs_i[None, :], k2.to(K_cache.dtype.element_ty), mask=mask_k)
     if REST > 0:  # the dims past the rotated ones (all of them in a plain store), as they are
@@ -138,13 +116,13 @@ def _store_kernel(
         mask_r = (offs_h[:, None] < KV_HEADS) & (offs_r[None, :] < REST)
         kr = tl.load(k_row + 2 * HALF + offs_r[None, :], mask=mask_r)
         if FP8:
-            kr = _quantized(kr, k_scale, FP8_LIMIT)
+            kr = quantized(kr, k_scale, FP8_LIMIT)
         tl.store(dst + 2 * HALF + offs_r[None, :], kr.to(K_cache.dtype.element_ty), mask=mask_r)
     offs_d = tl.arange(0, BLOCK_D)
     mask_v = (offs_h[:, None] < KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
     v = tl.load(V + t * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask_v)
     if FP8:
-        v = _quantized(v, v_scale, FP8_LIMIT)
+        v = quantized(v, v_scale, FP8_LIMIT)
     v_dst = V_cache + slot * stride_cn + offs_h[:, None] * stride_ch + offs_d[None, :]
     tl.store(v_dst, v.to(V_cache.dtype.element_ty), mask=mask_v)
 

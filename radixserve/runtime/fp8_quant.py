@@ -1,0 +1,96 @@
+"""Quantizing to float8_e4m3fn in Triton: the rounding both FP8 paths share, and the FP8 linear's
+per-token activation quantizer.
+
+`round_e4m3` rounds float32 onto the e4m3 grid to nearest even with exact bit arithmetic, so
+the bytes a kernel stores equal torch's `.to(torch.float8_e4m3fn)` whatever rounding the cast
+itself does (Triton's interpreter drops the carry of a mantissa that rounds up into the next
+power of two). The K/V store (attention/kv_store.py) quantizes an FP8 pool's rows with it.
+
+`quantize_tokens` is `fp8_linear.quantize_rows` for the CUDA FP8 linear's input, in one
+launch: one program per token reads its row twice (absmax, then the rounded values; the second
+read comes from L2) and writes the FP8 row and its float32 scale. The same quantization in
+torch ops is eight launches and about five full passes over float32 copies of `[tokens, K]`
+(measured on an H100 at df32601: FP8 weights gave 0.87x of bf16's W1L at 128/128, where half
+the tokens are prefill). Its bytes and scales equal `quantize_rows`'s (tests/runtime/
+fp8_quant_cases.py), so the CPU reference stays the GPU path's specification.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
+
+# Columns a program handles per pass; a row of K columns takes ceil(K / BLOCK) of them.
+MAX_BLOCK = 2048
+
+
+@triton.jit
+def round_e4m3(x):
+    """float32 `x` (within +-448) rounded to nearest even onto float8_e4m3fn's grid: the step
+    is 2^(e - 3) for x in [2^e, 2^(e+1)), and 2^-9 below 2^-6 (subnormals). Exponents come from
+    the bits, so every operation is exact."""
+    e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6)
+    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    inv_step = ((127 - (e - 3)) << 23).to(tl.float32, bitcast=True)
+    y = x * inv_step
+    r = tl.floor(y)
+    d = y - r
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
+    return tl.where(r == 0.0, x * 0.0, r * step)  # x * 0 keeps the sign of a zero, as a cast does
+
+
+@triton.jit
+def quantized(x, scale, FP8_LIMIT: tl.constexpr):
+    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32."""
+    y = tl.clamp(x.to(tl.float32) / scale, -FP8_LIMIT, FP8_LIMIT)
+    return round_e4m3(y)
+
+
+@triton.jit
+def _token_quant_kernel(
+    X,
+    Q,
+    S,
+    K,
+    stride_x,
+    BLOCK: tl.constexpr,
+    FP8_LIMIT: tl.constexpr,
+    FLOOR: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    q_row = Q + row * K
+    cols = tl.arange(0, BLOCK)
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, K, BLOCK):
+        mask = start + cols < K
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) / FP8_LIMIT
+    tl.store(S + row, scale)
+    for start in range(0, K, BLOCK):
+        mask = start + cols < K
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0)
+        tl.store(q_row + start + cols, quantized(x, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+
+
+def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`) of a `[M, K]` activation whose
+    rows may be strided (its last dim contiguous): `fp8_linear.quantize_rows`, one launch."""
+    m, k = x.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
+    scales = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    if m == 0:
+        return values, scales
+    block = min(triton.next_power_of_2(k), MAX_BLOCK)
+    _token_quant_kernel[(m,)](
+        x, values, scales, k, x.stride(0), BLOCK=block, FP8_LIMIT=FP8_MAX, FLOOR=MIN_AMAX, num_warps=4
+    )
+    return values, scales

@@ -1,0 +1,74 @@
+"""Cases for the FP8 linear's per-token quantizer (radixserve/runtime/fp8_quant.py): its bytes
+and scales against `fp8_linear.quantize_rows`, the torch specification.
+
+Each case builds a `[M, K]` activation; `run_case` quantizes it both ways and counts the FP8
+bytes that differ and the largest scale difference (both must be zero). Rows cover what
+decode and prefill hand the linear: a few tokens with K below one block, many tokens with K
+past `MAX_BLOCK` (two passes with a tail), rows of a wider buffer (strided), float16 and
+float32 inputs, an all-zero row, and a row whose scale is exactly 1 holding the e4m3 grid's
+ties (they round to the even neighbour), subnormals and the saturation bound.
+
+Imported by interpreted_cases.py (the CPU, under Triton's interpreter) and by
+test_fp8_quant.py (compiled on a GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from radixserve.runtime.fp8_linear import quantize_rows
+
+
+@dataclass(frozen=True)
+class QuantCase:
+    name: str
+    m: int
+    k: int
+    dtype: torch.dtype
+    row_pad: int = 0  # the rows live in a buffer this much wider than K
+    special_rows: bool = False  # an all-zero row and the row of ties
+
+
+CASES = [
+    QuantCase("decode_bf16", m=7, k=96, dtype=torch.bfloat16),
+    QuantCase("prefill_two_blocks_bf16", m=33, k=2128, dtype=torch.bfloat16),
+    QuantCase("strided_rows_fp16", m=5, k=160, dtype=torch.float16, row_pad=32),
+    QuantCase("ties_zero_row_fp32", m=4, k=64, dtype=torch.float32, special_rows=True),
+    QuantCase("empty", m=0, k=64, dtype=torch.bfloat16),
+]
+
+# With the row's absmax 448 the scale is exactly 1, so these reach the rounding unchanged:
+# midpoints between e4m3 neighbours (1.0625 between 1 and 1.125; 17 between 16 and 18;
+# 0.0029296875 = 1.5 * 2^-9, between the subnormals 2^-9 and 2^-8) and values off them.
+TIES = [448.0, 1.0625, 1.1875, 17.0, 19.0, -1.0625, -17.0, 0.0029296875, 0.0048828125, 3.3, -0.0007, 1e-9]
+
+
+def make_input(case: QuantCase, device: str, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(case.m, case.k + case.row_pad, generator=gen) * 3
+    base[:, : case.k : 7] *= 40  # outliers: each row's scale comes from a few large values
+    if case.special_rows and case.m >= 2:
+        base[0] = 0.0
+        base[1, : len(TIES)] = torch.tensor(TIES)
+        base[1, len(TIES) : case.k] = 0.5
+    return base.to(case.dtype).to(device)[:, : case.k]
+
+
+def run_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
+    from radixserve.runtime.fp8_quant import quantize_tokens  # imports triton
+
+    x = make_input(case, device, seed)
+    got_values, got_scales = quantize_tokens(x)
+    want_values, want_scales = quantize_rows(x.cpu())
+    got_values, got_scales = got_values.cpu(), got_scales.cpu()
+    return {
+        "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
+        "bytes_off": float((got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()),
+        "scales_off": float((got_scales - want_scales).abs().max()) if case.m else 0.0,
+    }
+
+
+def run_fp8_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
+    return {case.name: run_case(case, device, seed) for case in CASES}
