@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 from dataclasses import astuple
 from pathlib import Path
@@ -28,32 +27,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.gpu_timing import graph_ms  # noqa: E402
 from radixserve.runtime.fused_moe import Tiles, block_m_for, fused_moe, grouped_gemm, tiles_for  # noqa: E402
 from radixserve.runtime.kernels import TORCH_KERNELS  # noqa: E402
 from radixserve.runtime.moe_align import align  # noqa: E402
 from radixserve.runtime.moe_route import route_topk  # noqa: E402
-
-
-def time_ms(fn, iters: int) -> float:  # type: ignore[no-untyped-def]
-    """Median milliseconds of one call of `fn` replayed from a CUDA graph (as a decode step runs
-    it: no launch gaps), `iters` replays of a graph holding 10 calls."""
-    fn()  # compile and warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 10)
-    return statistics.median(times)
 
 
 def breakdown(x, logits, top_k, w13, w2, block_m, iters):  # type: ignore[no-untyped-def]
@@ -73,7 +51,7 @@ def breakdown(x, logits, top_k, w13, w2, block_m, iters):  # type: ignore[no-unt
         "gemm_down": lambda: grouped_gemm(act, w2, al, top_k, a_by_token=False, scale=w, tiles=tiles),
         "sum_k": lambda: y.view(x.shape[0], top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype),
     }
-    return {name: time_ms(fn, iters) for name, fn in parts.items()}
+    return {name: graph_ms(fn, iters) for name, fn in parts.items()}
 
 
 def main() -> None:
@@ -118,7 +96,7 @@ def main() -> None:
         bound_ms = max(memory_ms, compute_ms)
         for bm, tiles in settings:
             try:
-                ms = time_ms(
+                ms = graph_ms(
                     lambda: fused_moe(x, top_idx, top_w, w13, w2, TORCH_KERNELS.silu_and_mul, bm, tiles),  # noqa: B023
                     args.iters,
                 )

@@ -201,6 +201,19 @@ def test_w1l_settings_and_requests() -> None:
     assert reqs == w1l.w1l_requests(5, 7, 3, vocab=50)  # seeded: every run asks the same
 
 
+def test_fp8_linear_bench_reads_a_layers_shapes() -> None:
+    pytest.importorskip("triton")
+    bench = load_script(BENCHMARKS / "bench_fp8_linear.py", "radixserve_bench_fp8_linear")
+    llama = bench.parse_shapes(bench.LLAMA_8B)
+    assert llama == {
+        "qkv_proj": (4096, 6144),
+        "o_proj": (4096, 4096),
+        "gate_up_proj": (4096, 28672),
+        "down_proj": (14336, 4096),
+    }
+    assert bench.parse_shapes("128x256,down=512x64") == {"128x256": (128, 256), "down": (512, 64)}
+
+
 def test_gpu_suite_sections_are_selectable() -> None:
     sys.path.insert(0, str(BENCHMARKS.parent))
     import importlib
