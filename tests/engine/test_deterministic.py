@@ -1,15 +1,16 @@
 """`EngineConfig(deterministic=True)` through the public API: prompts, greedy and seeded,
-give the same tokens alone as inside batches of 8 and 64 with other traffic (other
+give the same tokens alone as inside batches of 8, 64 and 256 with other traffic (other
 prompts, staggered arrivals, radix-cache hits on part of the prompt, chunked prefill with a
 small chunk), so with every way the scheduler may split and batch them.
 
-CI runs 6 prompts (each greedy and seeded) of 6 tokens; `RADIXSERVE_DETERMINISTIC_PROMPTS=16`
-(at most 16: the session's prompt set) runs more, as the GPU test does with 64."""
+CI runs 6 prompts (each greedy and seeded) of 6 tokens; `RADIXSERVE_DETERMINISTIC_PROMPTS=64`
+runs 64 (the session's 16 prompts, then seeded random ids), as the GPU test does."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 
 import pytest
 
@@ -18,7 +19,14 @@ from radixserve import AsyncEngine, SamplingParams
 from .conftest import engine_config, run, with_engine
 
 TOKENS = 6
-TARGETS = min(16, int(os.environ.get("RADIXSERVE_DETERMINISTIC_PROMPTS", "6"))) // 2 * 2  # batches take pairs
+TARGETS = min(64, int(os.environ.get("RADIXSERVE_DETERMINISTIC_PROMPTS", "6"))) // 2 * 2  # batches take pairs
+# Batch size -> the engine settings it runs under: small chunks split every prompt across steps;
+# the batch of 256 takes larger ones so that CI's run stays short.
+BATCHES = {
+    8: dict(chunked_prefill_size=16, mixed_prefill_tokens=8, max_running_requests=64),
+    64: dict(chunked_prefill_size=16, mixed_prefill_tokens=8, max_running_requests=64),
+    256: dict(chunked_prefill_size=64, mixed_prefill_tokens=32, max_running_requests=256),
+}
 
 
 def _params(i: int) -> list[SamplingParams]:
@@ -26,6 +34,15 @@ def _params(i: int) -> list[SamplingParams]:
         SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True),
         SamplingParams(temperature=0.9, top_p=0.95, seed=1000 + i, max_tokens=TOKENS, ignore_eos=True),
     ]
+
+
+def _targets(prompts: list[list[int]]) -> list[list[int]]:
+    """`TARGETS` prompts: every other of the session's (mixed lengths, chat and raw), then
+    seeded random ids of 8-120 tokens."""
+    chosen, rng = list(prompts[::2]), random.Random(7)
+    while len(chosen) < TARGETS:
+        chosen.append([rng.randrange(10, 40000) for _ in range(rng.randint(8, 120))])
+    return chosen[:TARGETS]
 
 
 async def _alone(engine: AsyncEngine, targets: list[list[int]]) -> list[list[int]]:
@@ -48,42 +65,40 @@ def _other(i: int) -> SamplingParams:
     return SamplingParams(temperature=0.7, max_tokens=4 + i % 9, ignore_eos=True)
 
 
-async def _in_batches_of_8(
-    engine: AsyncEngine, targets: list[list[int]], others: list[list[int]]
+async def _in_batches(
+    engine: AsyncEngine, targets: list[list[int]], others: list[list[int]], size: int
 ) -> list[list[int]]:
+    """The targets (each greedy and seeded) a quarter of a batch at a time, the rest of each
+    batch of `size` other requests (other prompts, or parts of them), all staggered."""
     # Half of each prompt goes into the tree first: the batched run hits it mid-prompt.
     await asyncio.gather(*(engine.complete(p[: len(p) // 2], _other(0)) for p in targets))
     out: list[list[int]] = []
-    for g in range(0, len(targets), 2):  # 2 targets x 2 params + 4 others per batch
-        jobs = [(targets[i], sp) for i in (g, g + 1) for sp in _params(i)]
-        jobs += [(others[(g + j) % len(others)], _other(g + j)) for j in range(4)]
-        out += (await _staggered(engine, jobs))[:4]
+    group = max(2, size // 4)
+    for g in range(0, len(targets), group):
+        jobs = [(p, sp) for i, p in enumerate(targets[g : g + group], g) for sp in _params(i)]
+        n = len(jobs)
+        for j in range(size - n):
+            p = others[(g + j) % len(others)]
+            jobs.append((p[min(j // len(others), len(p) - 1) :], _other(g + j)))
+        out += (await _staggered(engine, jobs))[:n]
     return out
-
-
-async def _in_one_batch_of_64(
-    engine: AsyncEngine, targets: list[list[int]], others: list[list[int]]
-) -> list[list[int]]:
-    jobs = [(p, sp) for i, p in enumerate(targets) for sp in _params(i)]
-    jobs += [(others[j % len(others)][j // len(others) :], _other(j)) for j in range(64 - len(jobs))]
-    return (await _staggered(engine, jobs))[: 2 * len(targets)]
 
 
 @pytest.mark.slow
 def test_deterministic_tokens_do_not_depend_on_the_batch(prompts: list[list[int]]) -> None:
-    targets, others = prompts[::2][:TARGETS], prompts[1::2]  # mixed lengths, chat and raw
+    targets, others = _targets(prompts), prompts[1::2]
     alone = run(
         with_engine, engine_config(deterministic=True, enable_radix_cache=False), lambda e: _alone(e, targets)
     )
-    small_chunks = dict(
-        deterministic=True, chunked_prefill_size=16, mixed_prefill_tokens=8, max_running_requests=64
-    )
-    by8 = run(with_engine, engine_config(**small_chunks), lambda e: _in_batches_of_8(e, targets, others))
-    by64 = run(with_engine, engine_config(**small_chunks), lambda e: _in_one_batch_of_64(e, targets, others))
-    for k, ref in enumerate(alone):
-        assert len(ref) == TOKENS
-        assert by8[k] == ref, (k, "batch of 8", by8[k], ref)
-        assert by64[k] == ref, (k, "batch of 64", by64[k], ref)
+    for size, settings in BATCHES.items():
+        got = run(
+            with_engine,
+            engine_config(deterministic=True, **settings),
+            lambda e, size=size: _in_batches(e, targets, others, size),
+        )
+        for k, ref in enumerate(alone):
+            assert len(ref) == TOKENS
+            assert got[k] == ref, (k, f"batch of {size}", got[k], ref)
 
 
 def test_deterministic_refuses_what_it_cannot_keep_invariant() -> None:

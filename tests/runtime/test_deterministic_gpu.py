@@ -2,7 +2,7 @@
 there). GPU only; the CPU side is tests/runtime/test_deterministic.py and
 tests/engine/test_deterministic.py. The Triton linear's rows and the invariant Triton
 attention's tokens keep their bits whatever the batch, and 64 prompts give the same tokens
-alone as among 64 other requests with small chunks."""
+alone as inside batches of 8, 64 and 256 with other requests and small chunks."""
 
 from __future__ import annotations
 
@@ -58,9 +58,20 @@ def _prompts(n: int, seed: int) -> list[list[int]]:
     ]
 
 
+# Batch size -> chunking: small chunks split prompts across steps; larger ones for 256.
+BATCHES = {
+    8: dict(chunked_prefill_size=64, mixed_prefill_tokens=32),
+    64: dict(chunked_prefill_size=64, mixed_prefill_tokens=32),
+    256: dict(chunked_prefill_size=256, mixed_prefill_tokens=128, max_running_requests=256),
+}
+
+
 @pytest.mark.parametrize("backend", ["triton"])
 def test_64_prompts_same_tokens_alone_and_in_batches(backend: str) -> None:
-    targets, others = _prompts(64, 1), _prompts(64, 2)
+    """64 prompts (odd ones seeded, even ones greedy) alone, then inside batches of 8, 64 and
+    256: half of each batch targets, half other requests, arrivals staggered, half of each
+    target prompt cached first (a radix hit mid-prompt)."""
+    targets, others = _prompts(64, 1), _prompts(192, 2)
 
     def params(i: int) -> SamplingParams:
         if i % 2:
@@ -72,14 +83,8 @@ def test_64_prompts_same_tokens_alone_and_in_batches(backend: str) -> None:
         async with AsyncEngine(cfg) as e:
             return [list((await e.complete(p, params(i))).token_ids) for i, p in enumerate(targets)]
 
-    async def batched() -> list[list[int]]:
-        cfg = EngineConfig(
-            **MODEL,
-            deterministic=True,
-            attention_backend=backend,
-            chunked_prefill_size=64,
-            mixed_prefill_tokens=32,
-        )
+    async def batched(size: int) -> list[list[int]]:
+        cfg = EngineConfig(**MODEL, deterministic=True, attention_backend=backend, **BATCHES[size])
         async with AsyncEngine(cfg) as e:
             await asyncio.gather(
                 *(e.complete(p[: len(p) // 2], SamplingParams(max_tokens=1)) for p in targets)
@@ -89,12 +94,23 @@ def test_64_prompts_same_tokens_alone_and_in_batches(backend: str) -> None:
                 await asyncio.sleep(0.005 * (k % 7))
                 return list((await e.complete(p, sp)).token_ids)
 
-            jobs = [one(i, p, params(i)) for i, p in enumerate(targets)]
-            jobs += [
-                one(i, p, SamplingParams(temperature=0.7, max_tokens=5 + i % 40))
-                for i, p in enumerate(others)
-            ]
-            return list(await asyncio.gather(*jobs))[: len(targets)]
+            out: list[list[int]] = []
+            half = size // 2
+            for g in range(0, len(targets), half):
+                jobs = [one(i, p, params(i)) for i, p in enumerate(targets[g : g + half], g)]
+                n = len(jobs)
+                jobs += [
+                    one(
+                        j,
+                        others[(g + j) % len(others)],
+                        SamplingParams(temperature=0.7, max_tokens=5 + j % 40),
+                    )
+                    for j in range(size - n)
+                ]
+                out += list(await asyncio.gather(*jobs))[:n]
+            return out
 
-    ref, got = asyncio.run(alone()), asyncio.run(batched())
-    assert [i for i, (a, b) in enumerate(zip(ref, got)) if a != b] == []
+    ref = asyncio.run(alone())
+    for size in BATCHES:
+        got = asyncio.run(batched(size))
+        assert [i for i, (a, b) in enumerate(zip(ref, got)) if a != b] == [], f"batch of {size}"
