@@ -9,10 +9,11 @@ power of two). The K/V store (attention/kv_store.py) quantizes an FP8 pool's row
 `quantize_tokens` is `fp8_linear.quantize_rows` for the CUDA FP8 linear's input, in one
 launch: one program per token reads its row twice (absmax, then the rounded values; the second
 read comes from L2) and writes the FP8 row and its float32 scale. The same quantization in
-torch ops is eight launches and about five full passes over float32 copies of `[tokens, K]`
-(measured on an H100 at df32601: FP8 weights gave 0.87x of bf16's W1L at 128/128, where half
-the tokens are prefill). Its bytes and scales equal `quantize_rows`'s (tests/runtime/
-fp8_quant_cases.py), so the CPU reference stays the GPU path's specification.
+torch ops is nine launches, six of them over the whole `[tokens, K]`, most in float32 (on an
+H100 at df32601, with those ops, FP8 weights gave 0.87x of bf16's W1L at 128/128, where half
+the tokens are prefill; benchmarks/bench_fp8_linear.py times both quantizers per linear). Its
+bytes and scales equal `quantize_rows`'s (tests/runtime/fp8_quant_cases.py), so the CPU
+reference stays the GPU path's specification.
 """
 
 from __future__ import annotations
