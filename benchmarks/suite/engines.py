@@ -153,20 +153,41 @@ def run_offline(
     loop: asyncio.AbstractEventLoop,
     reqs: list[tuple[list[int], int]],
     sample: bool = False,
+    progress_s: float = 0.0,
 ) -> float:
     """`complete()` every request at once: output tokens per second, first submit to last token.
-    `sample`: each request samples (`sampled`, seeded by its index) instead of greedy."""
+    `sample`: each request samples (`sampled`, seeded by its index) instead of greedy.
+    `progress_s` > 0: a line every so many seconds (requests done, their tokens per second so
+    far), so that a run cut off by a timeout still says how far it got."""
 
     def params(i: int, n: int) -> SamplingParams:
         return sampled(n, seed=i) if sample else greedy(n)
 
-    async def go() -> int:
-        outs = await asyncio.gather(*(engine.complete(ids, params(i, n)) for i, (ids, n) in enumerate(reqs)))
-        return sum(len(one(o).token_ids) for o in outs)
+    done = [0, 0]  # requests finished, their output tokens
+
+    async def request(i: int, ids: list[int], n: int) -> None:
+        out = one(await engine.complete(ids, params(i, n)))
+        done[0] += 1
+        done[1] += len(out.token_ids)
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(progress_s)
+            t = time.perf_counter() - t0
+            rate = done[1] / t
+            print(f"  {done[0]}/{len(reqs)} requests done after {t:.0f} s: {rate:,.0f} tok/s", flush=True)
+
+    async def go() -> None:
+        reporter = asyncio.ensure_future(report()) if progress_s > 0 else None
+        try:
+            await asyncio.gather(*(request(i, ids, n) for i, (ids, n) in enumerate(reqs)))
+        finally:
+            if reporter is not None:
+                reporter.cancel()
 
     t0 = time.perf_counter()
-    n = loop.run_until_complete(go())
-    return n / (time.perf_counter() - t0)
+    loop.run_until_complete(go())
+    return done[1] / (time.perf_counter() - t0)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from benchmarks.suite.engines import run_offline, running_engine
 # the bf16 target of 1000/1000 that radixserve sets itself: what the records carry as target.
 PUBLISHED_FP8 = {(1000, 1000): 17744.0, (128, 128): 27911.0}
 BF16_TARGET = {(1000, 1000): 12000.0}
+# A progress line this often: a setting takes minutes, and one cut off by a timeout says how far it got.
+PROGRESS_S = 30.0
 
 
 def w1l_requests(n: int, isl: int, osl: int, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
@@ -50,7 +52,7 @@ def w1l(ctx: Ctx, spec: str) -> None:
         slots = loop.run_until_complete(engine.stats())["total_slots"]
         for isl, osl, n in ctx.sizes.w1l:
             loop.run_until_complete(engine.flush_cache())
-            tps = run_offline(engine, loop, w1l_requests(n, isl, osl, vocab))
+            tps = run_offline(engine, loop, w1l_requests(n, isl, osl, vocab), progress_s=PROGRESS_S)
             rec(
                 "W1L",
                 name,
