@@ -19,6 +19,7 @@ so both paths round the same way:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -70,10 +71,17 @@ def fp8_linear(
 ) -> torch.Tensor:
     """`x [..., K]` times an FP8 `weight [N, K]` with per-row `scale [N]`, plus `bias`."""
     if x.is_cuda:
-        from radixserve.runtime.fp8_quant import quantize_tokens  # imports triton: CUDA only
-
-        return scaled_mm_linear(x, weight, scale, bias, quantize_tokens)
+        return scaled_mm_linear(x, weight, scale, bias, cuda_quantizer())
     return reference_linear(x, weight, scale, bias)
+
+
+@functools.cache
+def cuda_quantizer() -> Quantizer:
+    """fp8_quant.quantize_tokens, imported on first use (it imports triton, which the CPU may lack;
+    cached: an import statement per linear per eager step cost ~0.6 us, this ~35 ns)."""
+    from radixserve.runtime.fp8_quant import quantize_tokens
+
+    return quantize_tokens
 
 
 def reference_linear(
