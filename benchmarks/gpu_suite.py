@@ -25,7 +25,8 @@ Sections (model; seconds on one H200, estimated from earlier runs):
 correctness (tiny, qwen2.5-0.5b, llama-3.1-8b; ~80), w1 (both, with the
 peer's sweep; ~150), w1s (both: W1 sampled at temperature 0.8, top_p 0.95,
 seeded, and greedy W1 again on the same engine; ~60), w1l (llama: TensorRT-LLM's protocol,
-1000/1000 × 3000 and 128/128 × 30000, suite/w1l.py; ~300 each in bf16), w2 (llama; ~25), w3 (qwen; ~45),
+1000/1000 × 3000 and 128/128 × 30000, suite/w1l.py; a 1000/1000 setting takes a call of its
+own: ~6-8 min in bf16, 1,000 requests ran past 200 s on an H100), w2 (llama; ~25), w3 (qwen; ~45),
 w4 (llama, mixed steps and prefill first, each with its W1; ~150), w5
 (llama, cascade off then on: two engines; ~50), host (qwen; ~15), pages (llama; ~50), chunks (llama; ~90),
 cold (both: start() with an empty FlashInfer workspace, then 256 W1 requests streamed, TTFT
