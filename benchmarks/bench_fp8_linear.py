@@ -7,7 +7,9 @@ gate_up 4096->28672, down 14336->4096) and each token count (decode 64, 256; pre
 quantizer (`fp8_quant.quantize_tokens`, the engine's path), and each quantizer and the scaled
 GEMM alone. Every figure is the median of graph replays (benchmarks/gpu_timing.py), as a
 decode step runs; prefill steps run eagerly, so their launch gaps are not in these figures.
-The last table sums a layer's four linears: what FP8 saves or costs per layer.
+The layer table sums a layer's four linears: what FP8 saves or costs per layer. The last one
+times the down projection's input: SiLU·mul (FlashInfer's kernel, torch's without it) then the
+quantizer, against `fp8_quant.silu_mul_quantize_tokens` (both in one launch; the engine's path).
 
     python benchmarks/bench_fp8_linear.py --out "$OUT"          # on the GPU machine
     python benchmarks/bench_fp8_linear.py --tokens 128,4096 --shapes 4096x6144,14336x4096
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import provenance  # noqa: E402
 from benchmarks.gpu_timing import graph_ms  # noqa: E402
 from radixserve.runtime.fp8_linear import quantize_rows, quantize_weight, scaled_mm_linear  # noqa: E402
-from radixserve.runtime.fp8_quant import quantize_tokens  # noqa: E402
+from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens  # noqa: E402
 
 # llama-3.1-8b's linears as (in K, out N), by name.
 LLAMA_8B = "qkv_proj=4096x6144,o_proj=4096x4096,gate_up_proj=4096x28672,down_proj=14336x4096"
@@ -65,6 +68,25 @@ def time_linear(k: int, n: int, m: int, iters: int) -> dict[str, float]:
     return {name: graph_ms(fn, iters) for name, fn in calls.items()}
 
 
+def silu_and_mul_kernel() -> Callable[[torch.Tensor], torch.Tensor]:
+    """FlashInfer's SiLU·mul (what the engine runs before an unfused quantizer), else torch's."""
+    try:
+        import flashinfer
+    except ImportError:
+        return lambda gu: F.silu(gu[:, : gu.shape[1] // 2]) * gu[:, gu.shape[1] // 2 :]
+    return lambda gu: flashinfer.activation.silu_and_mul(gu, enable_pdl=False)
+
+
+def time_silu_quant(i: int, m: int, iters: int) -> dict[str, float]:
+    """Milliseconds of the down projection's FP8 input from a `[m, 2i]` gate/up: two kernels or one."""
+    gate_up = torch.randn(m, 2 * i, device="cuda", dtype=torch.bfloat16) * 2
+    act = silu_and_mul_kernel()
+    return {
+        "act_then_quant": graph_ms(lambda: quantize_tokens(act(gate_up)), iters),
+        "fused": graph_ms(lambda: silu_mul_quantize_tokens(gate_up), iters),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=LLAMA_8B, help="NAME=KxN,... (the linears of one layer)")
@@ -93,12 +115,20 @@ def main() -> None:
             f"| {m} | {sums['bf16']:.4f} | {sums['fp8_torch_quant']:.4f} | {sums['fp8_triton_quant']:.4f} "
             f"| {sums['fp8_triton_quant'] / sums['bf16']:.2f} |"
         )
+    down_k = shapes.get("down_proj", (14336, 4096))[0]
+    silu = [{"i": down_k, "tokens": m, **time_silu_quant(down_k, m, args.iters)} for m in tokens]
+    print(f"| tokens | SiLU·mul then quantize ms | fused ms | fused / two (I = {down_k}) |")
+    print("|---|---|---|---|")
+    for r in silu:
+        two, one = r["act_then_quant"], r["fused"]
+        print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
     record = {
         **provenance(),
         "device": torch.cuda.get_device_name(),
         "args": vars(args) | {"out": str(args.out)},
         "rows": rows,
         "layer_sums": layers,
+        "silu_quant": silu,
     }
     (args.out / "fp8_linear.json").write_text(json.dumps(record, indent=1))
 

@@ -20,7 +20,7 @@ from torch import nn
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
 from radixserve.runtime.attention.rope import Rope
-from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, quantize_weight
+from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, fp8_silu_mul_linear, quantize_weight
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 from radixserve.runtime.matmul import DEFAULT_MATMUL, Matmul
 
@@ -119,6 +119,12 @@ class Linear(MatmulUser):
         if self.weight_scale is not None:
             return fp8_linear(x, self.weight, self.weight_scale, self.bias)
         return self.matmul.linear(x, self.weight, self.bias)
+
+    def silu_mul_forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """This FP8 linear over `silu(gate) * up` of a CUDA gate/up output, the activation fused
+        into the input's quantization; the caller checks `is_fp8` and the device."""
+        assert self.weight_scale is not None and gate_up.is_cuda
+        return fp8_silu_mul_linear(gate_up, self.weight, self.weight_scale, self.bias)
 
 
 class FusedLinear(Linear):

@@ -75,6 +75,14 @@ def fp8_linear(
     return reference_linear(x, weight, scale, bias)
 
 
+def fp8_silu_mul_linear(
+    gate_up: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`fp8_linear(silu(gate) * up, ...)` of a CUDA gate/up output `[..., 2 * I]`: the activation
+    and the input's quantization in one launch (fp8_quant.silu_mul_quantize_tokens)."""
+    return scaled_mm_linear(gate_up, weight, scale, bias, cuda_silu_mul_quantizer())
+
+
 @functools.cache
 def cuda_quantizer() -> Quantizer:
     """fp8_quant.quantize_tokens, imported on first use (it imports triton, which the CPU may lack;
@@ -82,6 +90,14 @@ def cuda_quantizer() -> Quantizer:
     from radixserve.runtime.fp8_quant import quantize_tokens
 
     return quantize_tokens
+
+
+@functools.cache
+def cuda_silu_mul_quantizer() -> Quantizer:
+    """fp8_quant.silu_mul_quantize_tokens, imported on first use like `cuda_quantizer`."""
+    from radixserve.runtime.fp8_quant import silu_mul_quantize_tokens
+
+    return silu_mul_quantize_tokens
 
 
 def reference_linear(

@@ -14,6 +14,11 @@ H100 at df32601, with those ops, FP8 weights gave 0.87x of bf16's W1L at 128/128
 the tokens are prefill; benchmarks/bench_fp8_linear.py times both quantizers per linear). Its
 bytes and scales equal `quantize_rows`'s (tests/runtime/fp8_quant_cases.py), so the CPU
 reference stays the GPU path's specification.
+
+`silu_mul_quantize_tokens` is the same quantizer over `silu(gate) * up` of a gated MLP's
+`[tokens, 2 * I]` gate/up output, for an FP8 down projection: the activation rounded to the
+input's dtype, as the unfused kernel writes it, then quantized, so one launch replaces two and
+the `[tokens, I]` activation is never written.
 """
 
 from __future__ import annotations
@@ -80,6 +85,54 @@ def _token_quant_kernel(
         tl.store(q_row + start + cols, quantized(x, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _silu_mul(gu_row, cols, mask, I):
+    """silu(gate) * up of one block of a gate/up row, in float32, rounded to the row's dtype (what
+    a separate activation kernel would store for the quantizer to read)."""
+    g = tl.load(gu_row + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gu_row + I + cols, mask=mask, other=0.0).to(tl.float32)
+    a = g / (1.0 + tl.exp(-g)) * u
+    if gu_row.dtype.element_ty == tl.bfloat16:
+        return round_bf16(a)
+    return a.to(gu_row.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def round_bf16(x):
+    """float32 `x` rounded to nearest even onto bfloat16's grid, kept in float32: in bit arithmetic,
+    as the cast on a GPU rounds (Triton's interpreter truncates)."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536: the high 16 bits
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _silu_mul_quant_kernel(
+    GU,
+    Q,
+    S,
+    I,
+    stride_gu,
+    BLOCK: tl.constexpr,
+    FP8_LIMIT: tl.constexpr,
+    FLOOR: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    gu_row = GU + row * stride_gu
+    q_row = Q + row * I
+    cols = tl.arange(0, BLOCK)
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, I, BLOCK):
+        mask = start + cols < I
+        amax = tl.maximum(amax, tl.abs(_silu_mul(gu_row, start + cols, mask, I)))
+    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) / FP8_LIMIT
+    tl.store(S + row, scale)
+    for start in range(0, I, BLOCK):
+        mask = start + cols < I
+        a = _silu_mul(gu_row, start + cols, mask, I)
+        tl.store(q_row + start + cols, quantized(a, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+
+
 def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`) of a `[M, K]` activation whose
     rows may be strided (its last dim contiguous): `fp8_linear.quantize_rows`, one launch."""
@@ -93,5 +146,31 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     block = min(triton.next_power_of_2(k), MAX_BLOCK)
     _token_quant_kernel[(m,)](
         x, values, scales, k, x.stride(0), BLOCK=block, FP8_LIMIT=FP8_MAX, FLOOR=MIN_AMAX, num_warps=4
+    )
+    return values, scales
+
+
+def silu_mul_quantize_tokens(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_tokens(silu(gate) * up)` of a `[M, 2 * I]` gate/up output (gate first, its rows may
+    be strided), the activation rounded to `gate_up`'s dtype before it is quantized: one launch."""
+    m, two_i = gate_up.shape
+    i = two_i // 2
+    if gate_up.stride(-1) != 1:
+        gate_up = gate_up.contiguous()
+    values = torch.empty((m, i), dtype=FP8_DTYPE, device=gate_up.device)
+    scales = torch.empty((m, 1), dtype=torch.float32, device=gate_up.device)
+    if m == 0:
+        return values, scales
+    block = min(triton.next_power_of_2(i), MAX_BLOCK)
+    _silu_mul_quant_kernel[(m,)](
+        gate_up,
+        values,
+        scales,
+        i,
+        gate_up.stride(0),
+        BLOCK=block,
+        FP8_LIMIT=FP8_MAX,
+        FLOOR=MIN_AMAX,
+        num_warps=4,
     )
     return values, scales

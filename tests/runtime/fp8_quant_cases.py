@@ -8,6 +8,13 @@ past `MAX_BLOCK` (two passes with a tail), rows of a wider buffer (strided), flo
 float32 inputs, an all-zero row, and a row whose scale is exactly 1 holding the e4m3 grid's
 ties (they round to the even neighbour), subnormals and the saturation bound.
 
+The fused `silu_mul_quantize_tokens` is checked against `quantize_rows` of `silu(gate) * up`
+computed in float32 and rounded to the input's dtype (what the unfused activation kernel
+stores). The exponential is the interpreter's (numpy) or the GPU's against torch's, which may
+differ in the last float32 bit and so flip a rounding of the activation to bfloat16 (about one
+element in 2^16): a few bytes may differ, each by one e4m3 step. Skipping the rounding to the
+input's dtype alone moves ~3% of them, so `SILU_BYTES_OFF` stays far below that.
+
 Imported by interpreted_cases.py (the CPU, under Triton's interpreter) and by
 test_fp8_quant.py (compiled on a GPU).
 """
@@ -72,3 +79,45 @@ def run_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
 
 def run_fp8_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
     return {case.name: run_case(case, device, seed) for case in CASES}
+
+
+# A gated MLP's gate/up output `[M, 2 * I]`: decode rows in one block; prefill rows past
+# MAX_BLOCK with a tail (I = 2,128: two passes); strided fp16 rows; none.
+SILU_CASES = [
+    QuantCase("silu_decode_bf16", m=9, k=96, dtype=torch.bfloat16),
+    QuantCase("silu_prefill_two_blocks_bf16", m=17, k=2128, dtype=torch.bfloat16),
+    QuantCase("silu_strided_rows_fp16", m=5, k=160, dtype=torch.float16, row_pad=32),
+    QuantCase("silu_empty", m=0, k=64, dtype=torch.bfloat16),
+]
+# Largest share of FP8 bytes that may differ (see the module doc), and the scales' relative gap:
+# one ulp of bfloat16 in the row's absmax.
+SILU_BYTES_OFF = 1e-3
+SILU_SCALE_RTOL = 2.0**-7
+
+
+def silu_mul_reference(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up in float32, rounded to the input's dtype."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    return (torch.nn.functional.silu(gate) * up).to(gate_up.dtype)
+
+
+def run_silu_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
+    from radixserve.runtime.fp8_quant import silu_mul_quantize_tokens  # imports triton
+
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(case.m, 2 * case.k + case.row_pad, generator=gen) * 2
+    base[:, : 2 * case.k : 5] *= 8  # large gates and ups: each row's scale comes from a few values
+    gate_up = base.to(case.dtype).to(device)[:, : 2 * case.k]
+    got_values, got_scales = silu_mul_quantize_tokens(gate_up)
+    want_values, want_scales = quantize_rows(silu_mul_reference(gate_up.cpu()))
+    got_values, got_scales = got_values.cpu(), got_scales.cpu()
+    off = (got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()
+    return {
+        "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
+        "bytes_off_share": float(off) / max(want_values.numel(), 1),
+        "scales_rel_off": float(((got_scales - want_scales).abs() / want_scales).max()) if case.m else 0.0,
+    }
+
+
+def run_silu_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
+    return {case.name: run_silu_case(case, device, seed) for case in SILU_CASES}

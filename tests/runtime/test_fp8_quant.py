@@ -1,5 +1,6 @@
 """The FP8 linear's one-launch per-token quantizer (radixserve/runtime/fp8_quant.py) writes the
-bytes and scales of `fp8_linear.quantize_rows`, over fp8_quant_cases.py.
+bytes and scales of `fp8_linear.quantize_rows`, over fp8_quant_cases.py; its SiLU·mul-fused
+form those of `quantize_rows(silu(gate) * up)` up to the exponential's last bit.
 
 On the CPU the Triton kernel runs under the interpreter (the session's subprocess,
 tests/runtime/conftest.py); on the GPU (`-m gpu`) compiled, over the same cases.
@@ -14,7 +15,15 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fp8_quant_cases import CASES, QuantCase, run_case  # noqa: E402
+from fp8_quant_cases import (  # noqa: E402
+    CASES,
+    SILU_BYTES_OFF,
+    SILU_CASES,
+    SILU_SCALE_RTOL,
+    QuantCase,
+    run_case,
+    run_silu_case,
+)
 
 
 def _check(case: QuantCase, diffs: dict[str, float], seed: int) -> None:
@@ -33,3 +42,22 @@ def test_token_quant_equals_quantize_rows(triton_cpu_results: dict, case: QuantC
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_compiled_token_quant_equals_quantize_rows(case: QuantCase) -> None:
     _check(case, run_case(case, "cuda", seed=0), 0)
+
+
+def _check_silu(case: QuantCase, diffs: dict[str, float], seed: int) -> None:
+    assert diffs["shape_ok"] == 1.0, f"{case.name}: shapes differ"
+    share = diffs["bytes_off_share"]
+    assert share <= SILU_BYTES_OFF, f"{case.name}: {share:.2%} of the FP8 bytes differ (seed {seed})"
+    assert diffs["scales_rel_off"] <= SILU_SCALE_RTOL, f"{case.name}: scales off (seed {seed})"
+
+
+@pytest.mark.parametrize("case", SILU_CASES, ids=[c.name for c in SILU_CASES])
+def test_silu_mul_quant_equals_quantize_rows(triton_cpu_results: dict, case: QuantCase) -> None:
+    _check_silu(case, triton_cpu_results["fp8_silu_quant"][case.name], triton_cpu_results["seed"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", SILU_CASES, ids=[c.name for c in SILU_CASES])
+def test_compiled_silu_mul_quant_equals_quantize_rows(case: QuantCase) -> None:
+    _check_silu(case, run_silu_case(case, "cuda", seed=0), 0)
