@@ -58,46 +58,6 @@ def quantized(x, scale, FP8_LIMIT: tl.constexpr):
 
 
 @triton.jit
-def _token_quant_kernel(
-    X,
-    Q,
-    S,
-    K,
-    stride_x,
-    BLOCK: tl.constexpr,
-    FP8_LIMIT: tl.constexpr,
-    FLOOR: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x
-    q_row = Q + row * K
-    cols = tl.arange(0, BLOCK)
-    amax = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, K, BLOCK):
-        mask = start + cols < K
-        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(x))
-    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) / FP8_LIMIT
-    tl.store(S + row, scale)
-    for start in range(0, K, BLOCK):
-        mask = start + cols < K
-        x = tl.load(x_row + start + cols, mask=mask, other=0.0)
-        tl.store(q_row + start + cols, quantized(x, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _silu_mul(gu_row, cols, mask, I):
-    """silu(gate) * up of one block of a gate/up row, in float32, rounded to the row's dtype (what
-    a separate activation kernel would store for the quantizer to read)."""
-    g = tl.load(gu_row + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(gu_row + I + cols, mask=mask, other=0.0).to(tl.float32)
-    a = g / (1.0 + tl.exp(-g)) * u
-    if gu_row.dtype.element_ty == tl.bfloat16:
-        return round_bf16(a)
-    return a.to(gu_row.dtype.element_ty).to(tl.float32)
-
-
-@triton.jit
 def round_bf16(x):
     """float32 `x` rounded to nearest even onto bfloat16's grid, kept in float32: in bit arithmetic,
     as the cast on a GPU rounds (Triton's interpreter truncates)."""
@@ -107,36 +67,51 @@ def round_bf16(x):
 
 
 @triton.jit
-def _silu_mul_quant_kernel(
-    GU,
+def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
+    """One block of the row to quantize, in float32: the input's own values, or (`SILU_MUL`) silu of
+    the gate half times the up half K columns on, rounded to the input's dtype as a separate
+    activation kernel would store it."""
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    if not SILU_MUL:
+        return x
+    up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
+    a = x / (1.0 + tl.exp(-x)) * up
+    if x_row.dtype.element_ty == tl.bfloat16:
+        return round_bf16(a)
+    return a.to(x_row.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def _token_quant_kernel(
+    X,
     Q,
     S,
-    I,
-    stride_gu,
+    K,
+    stride_x,
     BLOCK: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
     FLOOR: tl.constexpr,
+    SILU_MUL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    gu_row = GU + row * stride_gu
-    q_row = Q + row * I
+    x_row = X + row * stride_x
+    q_row = Q + row * K
     cols = tl.arange(0, BLOCK)
     amax = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, I, BLOCK):
-        mask = start + cols < I
-        amax = tl.maximum(amax, tl.abs(_silu_mul(gu_row, start + cols, mask, I)))
+    for start in range(0, K, BLOCK):
+        mask = start + cols < K
+        amax = tl.maximum(amax, tl.abs(_row_block(x_row, start + cols, mask, K, SILU_MUL)))
     scale = tl.maximum(tl.max(amax, axis=0), FLOOR) / FP8_LIMIT
     tl.store(S + row, scale)
-    for start in range(0, I, BLOCK):
-        mask = start + cols < I
-        a = _silu_mul(gu_row, start + cols, mask, I)
-        tl.store(q_row + start + cols, quantized(a, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+    for start in range(0, K, BLOCK):
+        mask = start + cols < K
+        x = _row_block(x_row, start + cols, mask, K, SILU_MUL)
+        tl.store(q_row + start + cols, quantized(x, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
 
 
-def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`) of a `[M, K]` activation whose
-    rows may be strided (its last dim contiguous): `fp8_linear.quantize_rows`, one launch."""
-    m, k = x.shape
+def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 rows `[M, k]` and their scales `[M, 1]` from `x [M, k]` (or `[M, 2k]` with `silu_mul`)."""
+    m = x.shape[0]
     if x.stride(-1) != 1:
         x = x.contiguous()
     values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
@@ -145,32 +120,27 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return values, scales
     block = min(triton.next_power_of_2(k), MAX_BLOCK)
     _token_quant_kernel[(m,)](
-        x, values, scales, k, x.stride(0), BLOCK=block, FP8_LIMIT=FP8_MAX, FLOOR=MIN_AMAX, num_warps=4
+        x,
+        values,
+        scales,
+        k,
+        x.stride(0),
+        BLOCK=block,
+        FP8_LIMIT=FP8_MAX,
+        FLOOR=MIN_AMAX,
+        SILU_MUL=silu_mul,
+        num_warps=4,
     )
     return values, scales
+
+
+def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`) of a `[M, K]` activation whose
+    rows may be strided (its last dim contiguous): `fp8_linear.quantize_rows`, one launch."""
+    return _launch(x, x.shape[1], silu_mul=False)
 
 
 def silu_mul_quantize_tokens(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`quantize_tokens(silu(gate) * up)` of a `[M, 2 * I]` gate/up output (gate first, its rows may
     be strided), the activation rounded to `gate_up`'s dtype before it is quantized: one launch."""
-    m, two_i = gate_up.shape
-    i = two_i // 2
-    if gate_up.stride(-1) != 1:
-        gate_up = gate_up.contiguous()
-    values = torch.empty((m, i), dtype=FP8_DTYPE, device=gate_up.device)
-    scales = torch.empty((m, 1), dtype=torch.float32, device=gate_up.device)
-    if m == 0:
-        return values, scales
-    block = min(triton.next_power_of_2(i), MAX_BLOCK)
-    _silu_mul_quant_kernel[(m,)](
-        gate_up,
-        values,
-        scales,
-        i,
-        gate_up.stride(0),
-        BLOCK=block,
-        FP8_LIMIT=FP8_MAX,
-        FLOOR=MIN_AMAX,
-        num_warps=4,
-    )
-    return values, scales
+    return _launch(gate_up, gate_up.shape[1] // 2, silu_mul=True)
