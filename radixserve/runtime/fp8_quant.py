@@ -52,8 +52,10 @@ def round_e4m3(x):
 
 @triton.jit
 def quantized(x, scale, FP8_LIMIT: tl.constexpr):
-    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32."""
-    y = tl.clamp(x.to(tl.float32) / scale, -FP8_LIMIT, FP8_LIMIT)
+    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32. The division
+    rounds as IEEE's (and torch's) does: Triton's `/` on a GPU is an approximate one, off by an ulp
+    now and then, which moves values at a rounding tie (H100, 2026-12-07)."""
+    y = tl.clamp(tl.fdiv(x.to(tl.float32), scale, ieee_rounding=True), -FP8_LIMIT, FP8_LIMIT)
     return round_e4m3(y)
 
 
@@ -75,7 +77,7 @@ def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
     if not SILU_MUL:
         return x
     up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
-    a = x / (1.0 + tl.exp(-x)) * up
+    a = tl.fdiv(x, 1.0 + tl.exp(-x), ieee_rounding=True) * up
     if x_row.dtype.element_ty == tl.bfloat16:
         return round_bf16(a)
     return a.to(x_row.dtype.element_ty).to(tl.float32)
@@ -101,7 +103,7 @@ def _token_quant_kernel(
     for start in range(0, K, BLOCK):
         mask = start + cols < K
         amax = tl.maximum(amax, tl.abs(_row_block(x_row, start + cols, mask, K, SILU_MUL)))
-    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) / FP8_LIMIT
+    scale = tl.fdiv(tl.maximum(tl.max(amax, axis=0), FLOOR), FP8_LIMIT, ieee_rounding=True)  # as torch's
     tl.store(S + row, scale)
     for start in range(0, K, BLOCK):
         mask = start + cols < K

@@ -84,7 +84,7 @@ def run_fp8_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, f
 # A gated MLP's gate/up output `[M, 2 * I]`: decode rows in one block; prefill rows past
 # MAX_BLOCK with a tail (I = 2,128: two passes); strided fp16 rows; none.
 SILU_CASES = [
-    QuantCase("silu_decode_bf16", m=9, k=96, dtype=torch.bfloat16),
+    QuantCase("silu_decode_bf16", m=16, k=256, dtype=torch.bfloat16),
     QuantCase("silu_prefill_two_blocks_bf16", m=17, k=2128, dtype=torch.bfloat16),
     QuantCase("silu_strided_rows_fp16", m=5, k=160, dtype=torch.float16, row_pad=32),
     QuantCase("silu_empty", m=0, k=64, dtype=torch.bfloat16),
