@@ -24,6 +24,7 @@ from radixserve.model.moe import SparseMoE
 from radixserve.model.options import RopeConfig
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
+from radixserve.runtime.fp8_linear import SILU_FUSE_MIN_TOKENS
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 # Checkpoint module name -> (our fused module, its part), for checkpoints that store them apart.
@@ -91,8 +92,8 @@ class GatedMLP(nn.Module):
         gate_up = self.gate_up_proj(h)
         if self.activation == "gelu_tanh":
             return self.down_proj(self.kernels.gelu_tanh_and_mul(gate_up))
-        if self.down_proj.is_fp8 and gate_up.is_cuda:  # SiLU·mul inside the FP8 input quantizer
-            return self.down_proj.silu_mul_forward(gate_up)
+        if self.down_proj.is_fp8 and gate_up.is_cuda and gate_up.shape[0] >= SILU_FUSE_MIN_TOKENS:
+            return self.down_proj.silu_mul_forward(gate_up)  # SiLU·mul inside the FP8 input quantizer
         return self.down_proj(self.kernels.silu_and_mul(gate_up))
 
 
