@@ -22,6 +22,7 @@ from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.fp8_linear import MIN_CAPABILITY
+from radixserve.runtime.fp8_linear import kernel_builds as fp8_kernel_builds
 from radixserve.runtime.kernels import KernelUse, make_kernels, use_kernels
 from radixserve.runtime.matmul import make_matmul
 from radixserve.runtime.runner import ModelRunner
@@ -96,7 +97,10 @@ def _build(cfg: EngineConfig) -> EngineParts:
     )
     # Every kernel a step will run is compiled (or loaded) now, not in a request's step.
     use = KernelUse(dtype, device, mc.head_dim, mc.rope_dim, mc.activation, mc.norm_plus_one, mc.qk_norm)
-    runner.warm_up([*attn.kernel_builds(sched_cfg.cascade_min_shared > 0), *kernels.kernel_builds(use)])
+    builds = [*attn.kernel_builds(sched_cfg.cascade_min_shared > 0), *kernels.kernel_builds(use)]
+    if loaded.quantization == "fp8" and device.type == "cuda":
+        builds += fp8_kernel_builds(dtype, device)
+    runner.warm_up(builds)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
     # Deterministic steps run eagerly: their attention plans on the host every step.

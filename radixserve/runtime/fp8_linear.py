@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
+from radixserve.runtime.warm_up import KernelBuild, dtype_name
 
 # The least compute capability with FP8 tensor cores (Ada 8.9, Hopper 9.0 and later).
 MIN_CAPABILITY = (8, 9)
@@ -105,6 +107,26 @@ def cuda_silu_mul_quantizer() -> Quantizer:
     from radixserve.runtime.fp8_quant import silu_mul_quantize_tokens
 
     return silu_mul_quantize_tokens
+
+
+def kernel_builds(dtype: torch.dtype, device: torch.device) -> list[KernelBuild]:
+    """Start-up builds of the CUDA FP8 linear's two input quantizers (Triton compiles each on its
+    first launch, a second or two): the fused SiLU·mul one first runs only in steps of
+    `SILU_FUSE_MIN_TOKENS` tokens, which a start-up's tiny model step never has."""
+    return [
+        KernelBuild(
+            f"triton fp8 input quantizer {dtype_name(dtype)}", partial(_run_quantizer, False, dtype, device)
+        ),
+        KernelBuild(
+            f"triton fp8 SiLU·mul input quantizer {dtype_name(dtype)}",
+            partial(_run_quantizer, True, dtype, device),
+        ),
+    ]
+
+
+def _run_quantizer(silu_mul: bool, dtype: torch.dtype, device: torch.device) -> None:
+    x = torch.ones(2, 32, dtype=dtype, device=device)
+    (cuda_silu_mul_quantizer() if silu_mul else cuda_quantizer())(x)
 
 
 def reference_linear(

@@ -121,3 +121,14 @@ def run_silu_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
 
 def run_silu_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
     return {case.name: run_silu_case(case, device, seed) for case in SILU_CASES}
+
+
+def run_build_cases() -> list[str]:
+    """The start-up builds of both quantizers (fp8_linear.kernel_builds), run as an FP8 engine's
+    start runs them; the labels they logged (a failed build raises KernelBuildError)."""
+    from radixserve.runtime.fp8_linear import kernel_builds
+    from radixserve.runtime.warm_up import run_builds
+
+    builds = kernel_builds(torch.bfloat16, torch.device("cpu"))
+    run_builds(builds, torch.device("cpu"))
+    return [b.label for b in builds]

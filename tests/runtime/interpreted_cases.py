@@ -21,7 +21,7 @@ import torch
 from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_cases, run_triton_cpu_cases
 from deterministic_cases import run_triton_invariance_cases, run_triton_matmul_cases
 from fp8_kv_cases import run_triton_fp8_cases
-from fp8_quant_cases import run_fp8_quant_cases, run_silu_quant_cases
+from fp8_quant_cases import run_build_cases, run_fp8_quant_cases, run_silu_quant_cases
 from moe_cases import run_moe_cases, run_route_cases
 from rope_store_cases import run_rope_store_cases
 from step_fill_cases import run_step_fill_cases
@@ -42,6 +42,7 @@ if __name__ == "__main__":
         "fp8_kv": run_triton_fp8_cases(),
         "fp8_quant": run_fp8_quant_cases(seed),
         "fp8_silu_quant": run_silu_quant_cases(seed),
+        "fp8_builds": run_build_cases(),
         "step_fill": run_step_fill_cases(seed),
         "rope_store": run_rope_store_cases(seed),
         "moe": run_moe_cases(seed),

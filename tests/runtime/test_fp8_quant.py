@@ -61,3 +61,11 @@ def test_silu_mul_quant_equals_quantize_rows(triton_cpu_results: dict, case: Qua
 @pytest.mark.parametrize("case", SILU_CASES, ids=[c.name for c in SILU_CASES])
 def test_compiled_silu_mul_quant_equals_quantize_rows(case: QuantCase) -> None:
     _check_silu(case, run_silu_case(case, "cuda", seed=0), 0)
+
+
+def test_start_up_builds_both_quantizers(triton_cpu_results: dict) -> None:
+    """An FP8 engine's start compiles both quantizers (fp8_linear.kernel_builds); interpreted here."""
+    assert triton_cpu_results["fp8_builds"] == [
+        "triton fp8 input quantizer bf16",
+        "triton fp8 SiLU·mul input quantizer bf16",
+    ]
