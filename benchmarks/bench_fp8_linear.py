@@ -8,7 +8,7 @@ quantizer (`fp8_quant.quantize_tokens`, the engine's path), and each quantizer a
 GEMM alone. Every figure is the median of graph replays (benchmarks/gpu_timing.py), as a
 decode step runs; prefill steps run eagerly, so their launch gaps are not in these figures.
 The layer table sums a layer's four linears: what FP8 saves or costs per layer. The last one
-times the down projection's input: SiLU·mul (FlashInfer's kernel, torch's without it) then the
+times the down projection's input: SiLU·mul (the engine's layer kernel, FlashInfer's) then the
 quantizer, against `fp8_quant.silu_mul_quantize_tokens` (both in one launch; the engine's path).
 
     python benchmarks/bench_fp8_linear.py --out "$OUT"          # on the GPU machine
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from benchmarks.common import provenance  # noqa: E402
 from benchmarks.gpu_timing import graph_ms  # noqa: E402
 from radixserve.runtime.fp8_linear import quantize_rows, quantize_weight, scaled_mm_linear  # noqa: E402
 from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens  # noqa: E402
+from radixserve.runtime.kernels import make_kernels  # noqa: E402
 
 # llama-3.1-8b's linears as (in K, out N), by name.
 LLAMA_8B = "qkv_proj=4096x6144,o_proj=4096x4096,gate_up_proj=4096x28672,down_proj=14336x4096"
@@ -68,19 +68,10 @@ def time_linear(k: int, n: int, m: int, iters: int) -> dict[str, float]:
     return {name: graph_ms(fn, iters) for name, fn in calls.items()}
 
 
-def silu_and_mul_kernel() -> Callable[[torch.Tensor], torch.Tensor]:
-    """FlashInfer's SiLU·mul (what the engine runs before an unfused quantizer), else torch's."""
-    try:
-        import flashinfer
-    except ImportError:
-        return lambda gu: F.silu(gu[:, : gu.shape[1] // 2]) * gu[:, gu.shape[1] // 2 :]
-    return lambda gu: flashinfer.activation.silu_and_mul(gu, enable_pdl=False)
-
-
 def time_silu_quant(i: int, m: int, iters: int) -> dict[str, float]:
     """Milliseconds of the down projection's FP8 input from a `[m, 2i]` gate/up: two kernels or one."""
     gate_up = torch.randn(m, 2 * i, device="cuda", dtype=torch.bfloat16) * 2
-    act = silu_and_mul_kernel()
+    act = make_kernels("auto", gate_up.device, gate_up.dtype).silu_and_mul  # the engine's (FlashInfer's)
     return {
         "act_then_quant": graph_ms(lambda: quantize_tokens(act(gate_up)), iters),
         "fused": graph_ms(lambda: silu_mul_quantize_tokens(gate_up), iters),
