@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -89,44 +88,35 @@ def fp8_silu_mul_linear(
 ) -> torch.Tensor:
     """`fp8_linear(silu(gate) * up, ...)` of a CUDA gate/up output `[..., 2 * I]`: the activation
     and the input's quantization in one launch (fp8_quant.silu_mul_quantize_tokens)."""
-    return scaled_mm_linear(gate_up, weight, scale, bias, cuda_silu_mul_quantizer())
+    return scaled_mm_linear(gate_up, weight, scale, bias, cuda_quantizer(silu_mul=True))
 
 
 @functools.cache
-def cuda_quantizer() -> Quantizer:
-    """fp8_quant.quantize_tokens, imported on first use (it imports triton, which the CPU may lack;
-    cached: an import statement per linear per eager step cost ~0.6 us, this ~35 ns)."""
-    from radixserve.runtime.fp8_quant import quantize_tokens
+def cuda_quantizer(silu_mul: bool = False) -> Quantizer:
+    """fp8_quant.quantize_tokens, or (`silu_mul`) its SiLU·mul form over a gate/up output,
+    imported on first use (it imports triton, which the CPU may lack; cached: an import statement
+    per linear per eager step cost ~0.6 us, this ~35 ns)."""
+    from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens
 
-    return quantize_tokens
-
-
-@functools.cache
-def cuda_silu_mul_quantizer() -> Quantizer:
-    """fp8_quant.silu_mul_quantize_tokens, imported on first use like `cuda_quantizer`."""
-    from radixserve.runtime.fp8_quant import silu_mul_quantize_tokens
-
-    return silu_mul_quantize_tokens
+    return silu_mul_quantize_tokens if silu_mul else quantize_tokens
 
 
 def kernel_builds(dtype: torch.dtype, device: torch.device) -> list[KernelBuild]:
     """Start-up builds of the CUDA FP8 linear's two input quantizers (Triton compiles each on its
     first launch, a second or two): the fused SiLU·mul one first runs only in steps of
     `SILU_FUSE_MIN_TOKENS` tokens, which a start-up's tiny model step never has."""
+    name = dtype_name(dtype)
     return [
         KernelBuild(
-            f"triton fp8 input quantizer {dtype_name(dtype)}", partial(_run_quantizer, False, dtype, device)
-        ),
-        KernelBuild(
-            f"triton fp8 SiLU·mul input quantizer {dtype_name(dtype)}",
-            partial(_run_quantizer, True, dtype, device),
-        ),
+            f"triton fp8 {what}input quantizer {name}",
+            functools.partial(_run_quantizer, fused, dtype, device),
+        )
+        for what, fused in (("", False), ("SiLU·mul ", True))
     ]
 
 
 def _run_quantizer(silu_mul: bool, dtype: torch.dtype, device: torch.device) -> None:
-    x = torch.ones(2, 32, dtype=dtype, device=device)
-    (cuda_silu_mul_quantizer() if silu_mul else cuda_quantizer())(x)
+    cuda_quantizer(silu_mul)(torch.ones(2, 32, dtype=dtype, device=device))
 
 
 def reference_linear(
