@@ -17,12 +17,13 @@ from radixserve.cache.kv_quant import KV_CACHE_DTYPES
 from radixserve.cache.radix_tree import RadixCache
 from radixserve.cache.req_table import ReqToSlotTable
 from radixserve.config import EngineConfig
+from radixserve.model.fp8 import fp8_use
 from radixserve.model.layers import use_matmul
 from radixserve.model.loader import LoadedModel, load_model
 from radixserve.runtime.attention import make_attention_backend
 from radixserve.runtime.attention.base import AttentionBackend
+from radixserve.runtime.fp8_builds import kernel_builds as fp8_kernel_builds
 from radixserve.runtime.fp8_linear import MIN_CAPABILITY
-from radixserve.runtime.fp8_linear import kernel_builds as fp8_kernel_builds
 from radixserve.runtime.kernels import KernelUse, make_kernels, use_kernels
 from radixserve.runtime.matmul import make_matmul
 from radixserve.runtime.runner import ModelRunner
@@ -99,7 +100,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     use = KernelUse(dtype, device, mc.head_dim, mc.rope_dim, mc.activation, mc.norm_plus_one, mc.qk_norm)
     builds = [*attn.kernel_builds(sched_cfg.cascade_min_shared > 0), *kernels.kernel_builds(use)]
     if loaded.quantization == "fp8" and device.type == "cuda":
-        builds += fp8_kernel_builds(dtype, device)
+        builds += fp8_kernel_builds(fp8_use(loaded.model, dtype, device, mc.norm_plus_one))
     runner.warm_up(builds)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them

@@ -24,9 +24,11 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from radixserve.model.decoder import DecoderLayer, GatedMLP
 from radixserve.model.layers import FusedLinear, Linear
 from radixserve.model.moe import SparseMoE
 from radixserve.model.weights import checkpoint_modules
+from radixserve.runtime.fp8_builds import Fp8Use
 from radixserve.runtime.fp8_linear import CUDA_DTYPES, GEMM_ALIGN, check_capability
 
 QUANTIZATIONS = ("fp8",)
@@ -52,6 +54,21 @@ def quantize_model_(model: nn.Module) -> None:
     for _, linear in quantizable_linears(model):
         if not linear.is_fp8:
             linear.quantize_fp8_()
+
+
+def fp8_use(model: nn.Module, dtype: torch.dtype, device: torch.device, plus_one: bool) -> Fp8Use:
+    """The widths the model's FP8 linears quantize (runtime/fp8_builds.py compiles each at start)."""
+    linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8]
+    mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.activation == "silu"]
+    norm_inputs = [m.self_attn.qkv_proj for m in model.modules() if isinstance(m, DecoderLayer)]
+    return Fp8Use(
+        dtype,
+        device,
+        input_widths=tuple(sorted({m.in_features for m in linears})),
+        silu_widths=tuple(sorted({m.down_proj.in_features for m in mlps if m.down_proj.is_fp8})),
+        norm_width=next((m.in_features for m in norm_inputs if m.is_fp8), None),
+        plus_one=plus_one,
+    )
 
 
 def fp8_weight_names(files: list[Path]) -> set[str]:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
-from radixserve.runtime.warm_up import KernelBuild, dtype_name
 
 # The least compute capability with FP8 tensor cores (Ada 8.9, Hopper 9.0 and later).
 MIN_CAPABILITY = (8, 9)
@@ -91,6 +91,23 @@ def fp8_silu_mul_linear(
     return scaled_mm_linear(gate_up, weight, scale, bias, cuda_quantizer(silu_mul=True))
 
 
+# Widest row fp8_quant's fused add + norm + quantizer holds in registers (llama-3.1-405b's 16,384);
+# wider norms feeding FP8 linears run FlashInfer's norm and the linear's own quantizer.
+NORM_FUSE_MAX_WIDTH = 16384
+
+
+def fp8_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, plus_one: bool
+) -> tuple[QuantizedRows, torch.Tensor]:
+    """(norm(residual + x) quantized for an FP8 linear, residual + x) of CUDA rows `[M, K]`, the
+    residual updated in place, in one launch (fp8_quant.add_rms_norm_quantize_tokens): the residual
+    add and norm before a layer's FP8 projection without the normed row's round trip."""
+    from radixserve.runtime.fp8_quant import add_rms_norm_quantize_tokens  # imports triton
+
+    values, scales = add_rms_norm_quantize_tokens(x, residual, weight, eps, plus_one)
+    return QuantizedRows(values, scales, residual.dtype), residual
+
+
 @functools.cache
 def cuda_quantizer(silu_mul: bool = False) -> Quantizer:
     """fp8_quant.quantize_tokens, or (`silu_mul`) its SiLU·mul form over a gate/up output,
@@ -99,24 +116,6 @@ def cuda_quantizer(silu_mul: bool = False) -> Quantizer:
     from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens
 
     return silu_mul_quantize_tokens if silu_mul else quantize_tokens
-
-
-def kernel_builds(dtype: torch.dtype, device: torch.device) -> list[KernelBuild]:
-    """Start-up builds of the CUDA FP8 linear's two input quantizers (Triton compiles each on its
-    first launch, a second or two): the fused SiLU·mul one first runs only in steps of
-    `SILU_FUSE_MIN_TOKENS` tokens, which a start-up's tiny model step never has."""
-    name = dtype_name(dtype)
-    return [
-        KernelBuild(
-            f"triton fp8 {what}input quantizer {name}",
-            functools.partial(_run_quantizer, fused, dtype, device),
-        )
-        for what, fused in (("", False), ("SiLU·mul ", True))
-    ]
-
-
-def _run_quantizer(silu_mul: bool, dtype: torch.dtype, device: torch.device) -> None:
-    cuda_quantizer(silu_mul)(torch.ones(2, 32, dtype=dtype, device=device))
 
 
 def reference_linear(
@@ -139,16 +138,35 @@ def scaled_mm_linear(
     (row-major), the weight's transpose a column-major view of the stored `[N, K]` rows, fp32
     scales, the output in x's dtype (bfloat16 or float16 on CUDA; checked at load)."""
     lead = x.shape[:-1]
-    x_q, x_scale = quantize(x.reshape(-1, x.shape[-1]))
-    y = torch._scaled_mm(
-        x_q,
+    values, scales = quantize(x.reshape(-1, x.shape[-1]))
+    y = quantized_linear(QuantizedRows(values, scales, x.dtype), weight, scale, bias)
+    return y.view(*lead, weight.shape[0])
+
+
+@dataclass(frozen=True)
+class QuantizedRows:
+    """An activation already quantized per token for an FP8 linear, by a kernel that fused its
+    quantizer into the op before (fp8_quant.add_rms_norm_quantize_tokens): what the linear's own
+    quantizer would have made of the `[M, K]` rows."""
+
+    values: torch.Tensor  # float8_e4m3fn [M, K], row-major
+    scales: torch.Tensor  # float32 [M, 1]: row i stands for values[i].float() * scales[i]
+    dtype: torch.dtype  # the unquantized activation's dtype, which the linear's output takes
+
+
+def quantized_linear(
+    rows: QuantizedRows, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`[M, N]` in `rows.dtype`: one row-wise scaled GEMM of quantized rows and an FP8 `weight [N, K]`
+    (its transpose a column-major view of the stored rows) with per-row `scale [N]`, plus `bias`."""
+    return torch._scaled_mm(
+        rows.values,
         weight.t(),
-        scale_a=x_scale,
+        scale_a=rows.scales,
         scale_b=scale.view(1, -1),
         bias=bias,
-        out_dtype=x.dtype,
+        out_dtype=rows.dtype,
     )
-    return y.view(*lead, weight.shape[0])
 
 
 def check_capability(capability: tuple[int, int], device: str) -> None:

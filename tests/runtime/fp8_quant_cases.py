@@ -124,12 +124,107 @@ def run_silu_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, 
     return {case.name: run_silu_case(case, device, seed) for case in SILU_CASES}
 
 
+# The residual add + RMSNorm before an FP8 linear, fused with its quantizer: decode rows, prefill
+# rows of llama-3.1-8b's hidden size, a width that is not a power of two (a masked tail), Gemma's
+# (1 + w) norm, strided input rows, float16, none. `x` is the sublayer's output, `residual` the
+# stream, `weight` the norm's (around its unit value, as checkpoints hold it).
+@dataclass(frozen=True)
+class NormCase:
+    name: str
+    m: int
+    k: int
+    dtype: torch.dtype
+    plus_one: bool = False
+    row_pad: int = 0  # x's rows live in a buffer this much wider than K
+
+
+NORM_CASES = [
+    NormCase("norm_decode_bf16", m=9, k=256, dtype=torch.bfloat16),
+    NormCase("norm_prefill_llama_width_bf16", m=40, k=4096, dtype=torch.bfloat16),
+    NormCase("norm_masked_tail_strided_bf16", m=6, k=896, dtype=torch.bfloat16, row_pad=64),
+    NormCase("norm_gemma_bf16", m=8, k=640, dtype=torch.bfloat16, plus_one=True),
+    NormCase("norm_fp16", m=5, k=320, dtype=torch.float16),
+    NormCase("norm_empty", m=0, k=256, dtype=torch.bfloat16),
+]
+# The kernel's reciprocal square root and sum of squares are the interpreter's (numpy) or the
+# GPU's against torch's: a last-bit difference in the row's scale flips a rounding of the normed
+# row to the stream's dtype now and then, and can move the row's absmax by one ulp of it.
+NORM_BYTES_OFF = 2e-3
+NORM_SCALE_RTOL = 2.0**-7
+
+
+def norm_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, plus_one: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(residual + x), residual + x) by the reference kernels (transformers' arithmetic)."""
+    from radixserve.runtime.kernels import TorchKernels
+
+    if plus_one:
+        return TorchKernels().gemma_add_rms_norm(x, residual, weight, eps)
+    return TorchKernels().add_rms_norm(x, residual, weight, eps)
+
+
+def run_norm_case(case: NormCase, device: str, seed: int) -> dict[str, float]:
+    from radixserve.runtime.fp8_quant import add_rms_norm_quantize_tokens  # imports triton
+
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(case.m, case.k + case.row_pad, generator=gen) * 4).to(case.dtype)[:, : case.k]
+    residual = (torch.randn(case.m, case.k, generator=gen) * 2).to(case.dtype)
+    unit = 0.0 if case.plus_one else 1.0
+    weight = (unit + 0.3 * torch.randn(case.k, generator=gen)).to(case.dtype)
+    eps = 1e-5
+    want_normed, want_residual = norm_reference(x, residual.clone(), weight, eps, case.plus_one)
+    want_values, want_scales = quantize_rows(want_normed)
+    got_residual = residual.to(device)
+    got_values, got_scales = add_rms_norm_quantize_tokens(
+        x.to(device), got_residual, weight.to(device), eps, case.plus_one
+    )
+    got_values, got_scales, got_residual = got_values.cpu(), got_scales.cpu(), got_residual.cpu()
+    off = (got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()
+    return {
+        "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
+        "residual_off": float((got_residual.float() - want_residual.float()).abs().max()) if case.m else 0.0,
+        "bytes_off_share": float(off) / max(want_values.numel(), 1),
+        "scales_rel_off": float(((got_scales - want_scales).abs() / want_scales).max()) if case.m else 0.0,
+    }
+
+
+def run_norm_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
+    return {case.name: run_norm_case(case, device, seed) for case in NORM_CASES}
+
+
 def run_build_cases() -> list[str]:
-    """The start-up builds of both quantizers (fp8_linear.kernel_builds), run as an FP8 engine's
-    start runs them; the labels they logged (a failed build raises KernelBuildError)."""
-    from radixserve.runtime.fp8_linear import kernel_builds
+    """The start-up builds of an FP8 llama-like model's kernels (fp8_builds.kernel_builds at the
+    model's widths, from model/fp8.fp8_use), run as an FP8 engine's start runs them; the labels
+    they logged (a failed build raises KernelBuildError)."""
+    from radixserve.model.fp8 import fp8_use, quantize_model_
+    from radixserve.runtime.fp8_builds import kernel_builds
     from radixserve.runtime.warm_up import run_builds
 
-    builds = kernel_builds(torch.bfloat16, torch.device("cpu"))
+    model = tiny_llama()
+    quantize_model_(model)
+    builds = kernel_builds(fp8_use(model, torch.bfloat16, torch.device("cpu"), plus_one=False))
     run_builds(builds, torch.device("cpu"))
     return [b.label for b in builds]
+
+
+def tiny_llama() -> torch.nn.Module:
+    """A bf16 llama of hidden 64, 4 heads of 16, MLP 96, two layers, random weights."""
+    from transformers import LlamaConfig
+
+    from radixserve.model.config import ModelConfig
+    from radixserve.model.decoder import DecoderForCausalLM
+
+    hf = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = DecoderForCausalLM(ModelConfig.from_hf(hf), torch.bfloat16)
+    for p in model.parameters():
+        p.data.normal_(0.0, 0.02)
+    return model

@@ -1,6 +1,8 @@
 """The FP8 linear's one-launch per-token quantizer (radixserve/runtime/fp8_quant.py) writes the
 bytes and scales of `fp8_linear.quantize_rows`, over fp8_quant_cases.py; its SiLU·mul-fused
-form those of `quantize_rows(silu(gate) * up)` up to the exponential's last bit.
+form those of `quantize_rows(silu(gate) * up)` up to the exponential's last bit; the residual
+add + RMSNorm fused with it the reference kernels' residual exactly and the quantized norm up to
+the reciprocal square root's last bit.
 
 On the CPU the Triton kernel runs under the interpreter (the session's subprocess,
 tests/runtime/conftest.py); on the GPU (`-m gpu`) compiled, over the same cases.
@@ -17,11 +19,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from fp8_quant_cases import (  # noqa: E402
     CASES,
+    NORM_BYTES_OFF,
+    NORM_CASES,
+    NORM_SCALE_RTOL,
     SILU_BYTES_OFF,
     SILU_CASES,
     SILU_SCALE_RTOL,
+    NormCase,
     QuantCase,
     run_case,
+    run_norm_case,
     run_silu_case,
 )
 
@@ -63,9 +70,35 @@ def test_compiled_silu_mul_quant_equals_quantize_rows(case: QuantCase) -> None:
     _check_silu(case, run_silu_case(case, "cuda", seed=0), 0)
 
 
-def test_start_up_builds_both_quantizers(triton_cpu_results: dict) -> None:
-    """An FP8 engine's start compiles both quantizers (fp8_linear.kernel_builds); interpreted here."""
+def _check_norm(case: NormCase, diffs: dict[str, float], seed: int) -> None:
+    assert diffs["shape_ok"] == 1.0, f"{case.name}: shapes differ"
+    assert diffs["residual_off"] == 0.0, f"{case.name}: the residual stream differs (seed {seed})"
+    share = diffs["bytes_off_share"]
+    assert share <= NORM_BYTES_OFF, f"{case.name}: {share:.2%} of the FP8 bytes differ (seed {seed})"
+    assert diffs["scales_rel_off"] <= NORM_SCALE_RTOL, f"{case.name}: scales off (seed {seed})"
+
+
+@pytest.mark.parametrize("case", NORM_CASES, ids=[c.name for c in NORM_CASES])
+def test_add_norm_quant_equals_reference_norm_then_quantize_rows(
+    triton_cpu_results: dict, case: NormCase
+) -> None:
+    _check_norm(case, triton_cpu_results["fp8_norm_quant"][case.name], triton_cpu_results["seed"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", NORM_CASES, ids=[c.name for c in NORM_CASES])
+def test_compiled_add_norm_quant_equals_reference_norm_then_quantize_rows(case: NormCase) -> None:
+    _check_norm(case, run_norm_case(case, "cuda", seed=0), 0)
+
+
+def test_start_up_builds_every_fp8_kernel_at_the_model_widths(triton_cpu_results: dict) -> None:
+    """An FP8 engine's start compiles each quantizer at each width its steps quantize
+    (fp8_builds.kernel_builds over model/fp8.fp8_use): a llama of hidden 64, 4 heads of 16 (o_proj's
+    input 64) and MLP 96; interpreted here."""
     assert triton_cpu_results["fp8_builds"] == [
-        "triton fp8 input quantizer bf16",
-        "triton fp8 SiLU·mul input quantizer bf16",
+        "triton fp8 input quantizer bf16 width 64",
+        "triton fp8 input quantizer bf16 width 96",
+        "triton fp8 SiLU·mul input quantizer bf16 width 96",
+        "triton fp8 add + RMSNorm quantizer bf16 width 64",
     ]
