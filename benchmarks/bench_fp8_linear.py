@@ -9,7 +9,9 @@ GEMM alone. Every figure is the median of graph replays (benchmarks/gpu_timing.p
 decode step runs; prefill steps run eagerly, so their launch gaps are not in these figures.
 The layer table sums a layer's four linears: what FP8 saves or costs per layer. The last one
 times the down projection's input: SiLU·mul (the engine's layer kernel, FlashInfer's) then the
-quantizer, against `fp8_quant.silu_mul_quantize_tokens` (both in one launch; the engine's path).
+quantizer, against `fp8_quant.silu_mul_quantize_tokens` (both in one launch; the engine's path);
+the norm table the FP8 input of qkv and gate/up: the residual add + RMSNorm (FlashInfer's, the
+engine's layer kernel) then the quantizer, against `fp8_quant.add_rms_norm_quantize_tokens`.
 
     python benchmarks/bench_fp8_linear.py --out "$OUT"          # on the GPU machine
     python benchmarks/bench_fp8_linear.py --tokens 128,4096 --shapes 4096x6144,14336x4096
@@ -30,7 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import provenance  # noqa: E402
 from benchmarks.gpu_timing import graph_ms  # noqa: E402
 from radixserve.runtime.fp8_linear import quantize_rows, quantize_weight, scaled_mm_linear  # noqa: E402
-from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens  # noqa: E402
+from radixserve.runtime.fp8_quant import (  # noqa: E402
+    add_rms_norm_quantize_tokens,
+    quantize_tokens,
+    silu_mul_quantize_tokens,
+)
 from radixserve.runtime.kernels import make_kernels  # noqa: E402
 
 # llama-3.1-8b's linears as (in K, out N), by name.
@@ -78,6 +84,22 @@ def time_silu_quant(i: int, m: int, iters: int) -> dict[str, float]:
     }
 
 
+def time_norm_quant(hidden: int, m: int, iters: int) -> dict[str, float]:
+    """Milliseconds of a projection's FP8 input from the residual add + RMSNorm: two kernels or one
+    (both update the residual in place, as the engine's do)."""
+    x = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16)
+    weight = torch.ones(hidden, device="cuda", dtype=torch.bfloat16)
+    kernels = make_kernels("auto", x.device, x.dtype)  # the engine's (FlashInfer's)
+    normed = x.clone()
+    return {
+        "norm_then_quant": graph_ms(
+            lambda: quantize_tokens(kernels.add_rms_norm(normed, residual, weight, 1e-5)[0]), iters
+        ),
+        "fused": graph_ms(lambda: add_rms_norm_quantize_tokens(x, residual, weight, 1e-5, False), iters),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=LLAMA_8B, help="NAME=KxN,... (the linears of one layer)")
@@ -113,6 +135,13 @@ def main() -> None:
     for r in silu:
         two, one = r["act_then_quant"], r["fused"]
         print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
+    hidden = shapes.get("qkv_proj", (4096, 6144))[0]
+    norm = [{"hidden": hidden, "tokens": m, **time_norm_quant(hidden, m, args.iters)} for m in tokens]
+    print(f"| tokens | add + RMSNorm then quantize ms | fused ms | fused / two (hidden {hidden}) |")
+    print("|---|---|---|---|")
+    for r in norm:
+        two, one = r["norm_then_quant"], r["fused"]
+        print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
     record = {
         **provenance(),
         "device": torch.cuda.get_device_name(),
@@ -120,6 +149,7 @@ def main() -> None:
         "rows": rows,
         "layer_sums": layers,
         "silu_quant": silu,
+        "norm_quant": norm,
     }
     (args.out / "fp8_linear.json").write_text(json.dumps(record, indent=1))
 

@@ -24,7 +24,7 @@ from radixserve.model.moe import SparseMoE
 from radixserve.model.options import RopeConfig
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.fp8_linear import SILU_FUSE_MIN_TOKENS
+from radixserve.runtime.fp8_linear import NORM_FUSE_MAX_WIDTH, SILU_FUSE_MIN_TOKENS, QuantizedRows
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 # Checkpoint module name -> (our fused module, its part), for checkpoints that store them apart.
@@ -60,7 +60,7 @@ class DecoderAttention(nn.Module):
 
     def forward(
         self,
-        h: torch.Tensor,
+        h: torch.Tensor | QuantizedRows,
         rotary: RotaryEmbedding,
         attn: AttentionBackend,
         batch: ForwardBatch,
@@ -88,7 +88,7 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = FusedLinear(hidden, {"gate": size, "up": size}, bias=bias, dtype=dtype)
         self.down_proj = Linear(size, hidden, bias=bias, dtype=dtype)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor | QuantizedRows) -> torch.Tensor:
         gate_up = self.gate_up_proj(h)
         if self.activation == "gelu_tanh":
             return self.down_proj(self.kernels.gelu_tanh_and_mul(gate_up))
@@ -142,19 +142,30 @@ class DecoderLayer(nn.Module):
         """(this layer's MLP output, the residual stream before it): the stream's next
         add is fused into the next norm. `residual` is None for the first layer, whose
         `x` is the embedding."""
+        mlp_input = self.mlp.gate_up_proj if isinstance(self.mlp, GatedMLP) else None
         if residual is None:
-            x, residual = self.input_layernorm(x), x
+            h, residual = self.input_layernorm(x), x
         else:
-            x, residual = self.input_layernorm.add_forward(x, residual)
-        x = self.self_attn(x, rotary, attn, batch)
+            h, residual = _add_norm(self.input_layernorm, x, residual, self.self_attn.qkv_proj)
+        x = self.self_attn(h, rotary, attn, batch)
         if self.pre_feedforward_layernorm is None or self.post_feedforward_layernorm is None:
             # Llama: post_attention_layernorm is the MLP's input norm.
-            x, residual = self.post_attention_layernorm.add_forward(x, residual)
-            return self.mlp(x), residual
+            h, residual = _add_norm(self.post_attention_layernorm, x, residual, mlp_input)
+            return self.mlp(h), residual
         # Gemma: attention and MLP outputs are normed before they join the stream.
         x = self.post_attention_layernorm(x)
-        x, residual = self.pre_feedforward_layernorm.add_forward(x, residual)
-        return self.post_feedforward_layernorm(self.mlp(x)), residual
+        h, residual = _add_norm(self.pre_feedforward_layernorm, x, residual, mlp_input)
+        return self.post_feedforward_layernorm(self.mlp(h)), residual
+
+
+def _add_norm(
+    norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor, into: Linear | None
+) -> tuple[torch.Tensor | QuantizedRows, torch.Tensor]:
+    """`norm.add_forward`, quantized in the same kernel where its output feeds (`into`) an FP8
+    linear on CUDA: one launch instead of the norm's and the linear's quantizer's."""
+    if into is not None and into.is_fp8 and x.is_cuda and x.shape[-1] <= NORM_FUSE_MAX_WIDTH:
+        return norm.add_quantize_forward(x, residual)
+    return norm.add_forward(x, residual)
 
 
 class DecoderModel(nn.Module):

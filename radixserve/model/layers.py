@@ -20,7 +20,15 @@ from torch import nn
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
 from radixserve.runtime.attention.rope import Rope
-from radixserve.runtime.fp8_linear import FP8_DTYPE, fp8_linear, fp8_silu_mul_linear, quantize_weight
+from radixserve.runtime.fp8_linear import (
+    FP8_DTYPE,
+    QuantizedRows,
+    fp8_add_rms_norm,
+    fp8_linear,
+    fp8_silu_mul_linear,
+    quantize_weight,
+    quantized_linear,
+)
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 from radixserve.runtime.matmul import DEFAULT_MATMUL, Matmul
 
@@ -57,6 +65,13 @@ class RMSNorm(nn.Module):
         if self.plus_one:
             return self.kernels.gemma_add_rms_norm(x, residual, self.weight, self.eps)
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+
+    def add_quantize_forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[QuantizedRows, torch.Tensor]:
+        """`add_forward` of CUDA rows with the output quantized for the FP8 linear it feeds, in one
+        kernel; the caller checks the device and the width (fp8_linear.NORM_FUSE_MAX_WIDTH)."""
+        return fp8_add_rms_norm(x, residual, self.weight, self.eps, self.plus_one)
 
 
 class MatmulUser(nn.Module):
@@ -115,7 +130,12 @@ class Linear(MatmulUser):
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.weight_scale = nn.Parameter(scale, requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        """`x` may come quantized already (`QuantizedRows`, from a norm fused with the quantizer)
+        when this linear is FP8."""
+        if isinstance(x, QuantizedRows):
+            assert self.weight_scale is not None, "quantized rows feed FP8 linears only"
+            return quantized_linear(x, self.weight, self.weight_scale, self.bias)
         if self.weight_scale is not None:
             return fp8_linear(x, self.weight, self.weight_scale, self.bias)
         return self.matmul.linear(x, self.weight, self.bias)

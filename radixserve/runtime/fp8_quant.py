@@ -19,6 +19,11 @@ reference stays the GPU path's specification.
 `[tokens, 2 * I]` gate/up output, for an FP8 down projection: the activation rounded to the
 input's dtype, as the unfused kernel writes it, then quantized, so one launch replaces two and
 the `[tokens, I]` activation is never written.
+
+`add_rms_norm_quantize_tokens` is the residual add and RMSNorm before a layer's FP8 linear with
+the quantizer in the same launch: the residual stream updated in place (as FlashInfer's fused
+add + norm does), the normed row rounded to the stream's dtype in registers, quantized and
+written as FP8 bytes and a scale. The normed bf16 row is never written nor read again.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import triton
 import triton.language as tl
 
 from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
+from radixserve.runtime.fp8_linear import NORM_FUSE_MAX_WIDTH
 
 # Columns a program handles per pass; a row of K columns takes ceil(K / BLOCK) of them.
 MAX_BLOCK = 2048
@@ -77,10 +83,16 @@ def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
     if not SILU_MUL:
         return x
     up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
-    a = tl.fdiv(x, 1.0 + tl.exp(-x), ieee_rounding=True) * up
-    if x_row.dtype.element_ty == tl.bfloat16:
-        return round_bf16(a)
-    return a.to(x_row.dtype.element_ty).to(tl.float32)
+    return as_stored(tl.fdiv(x, 1.0 + tl.exp(-x), ieee_rounding=True) * up, x_row.dtype.element_ty)
+
+
+@triton.jit
+def as_stored(x, dtype: tl.constexpr):
+    """float32 `x` rounded to `dtype` (bfloat16, float16 or float32) as a store of it would round,
+    kept in float32."""
+    if dtype == tl.bfloat16:
+        return round_bf16(x)
+    return x.to(dtype).to(tl.float32)
 
 
 @triton.jit
@@ -146,3 +158,76 @@ def silu_mul_quantize_tokens(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch
     """`quantize_tokens(silu(gate) * up)` of a `[M, 2 * I]` gate/up output (gate first, its rows may
     be strided), the activation rounded to `gate_up`'s dtype before it is quantized: one launch."""
     return _launch(gate_up, gate_up.shape[1] // 2, silu_mul=True)
+
+
+@triton.jit
+def _add_norm_quant_kernel(
+    X,
+    R,
+    W,
+    Q,
+    S,
+    K,
+    stride_x,
+    stride_r,
+    eps,
+    BLOCK: tl.constexpr,
+    FP8_LIMIT: tl.constexpr,
+    FLOOR: tl.constexpr,
+    PLUS_ONE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < K
+    dtype = R.dtype.element_ty
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+    h = as_stored(x + r, dtype)
+    tl.store(R + row * stride_r + cols, h.to(dtype), mask=mask)
+    rrms = tl.rsqrt(tl.sum(h * h, axis=0) / K + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if PLUS_ONE:  # Gemma: scaled by (1 + w) in float32, rounded once
+        n = as_stored(h * rrms * (1.0 + w), dtype)
+    else:  # transformers' Llama: the normed row rounded, then times the weight, rounded again
+        n = as_stored(as_stored(h * rrms, dtype) * w, dtype)
+    scale = tl.fdiv(tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR), FP8_LIMIT, ieee_rounding=True)
+    tl.store(S + row, scale)
+    tl.store(Q + row * K + cols, quantized(n, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+
+
+def add_rms_norm_quantize_tokens(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, plus_one: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_tokens(norm(residual + x))` for `[M, K]` rows (K <= MAX_NORM_ROW), `residual`
+    updated in place to `residual + x` (rounded to its dtype); the norm scales by `weight`, or by
+    `1 + weight` (`plus_one`), after transformers' Llama and Gemma norms. One launch."""
+    m, k = residual.shape
+    if k > NORM_FUSE_MAX_WIDTH:  # one program holds a whole row
+        raise ValueError(
+            f"rows of {k} columns: the fused add + norm + quantizer takes <= {NORM_FUSE_MAX_WIDTH}"
+        )
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    assert residual.stride(-1) == 1, "the residual is updated in place: its rows must be contiguous"
+    values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
+    scales = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    if m == 0:
+        return values, scales
+    block = triton.next_power_of_2(k)
+    _add_norm_quant_kernel[(m,)](
+        x,
+        residual,
+        weight,
+        values,
+        scales,
+        k,
+        x.stride(0),
+        residual.stride(0),
+        eps,
+        BLOCK=block,
+        FP8_LIMIT=FP8_MAX,
+        FLOOR=MIN_AMAX,
+        PLUS_ONE=plus_one,
+        num_warps=min(max(block // 512, 1), 16),
+    )
+    return values, scales
