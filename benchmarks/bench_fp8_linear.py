@@ -79,7 +79,7 @@ def time_silu_quant(i: int, m: int, iters: int) -> dict[str, float]:
     gate_up = torch.randn(m, 2 * i, device="cuda", dtype=torch.bfloat16) * 2
     act = make_kernels("auto", gate_up.device, gate_up.dtype).silu_and_mul  # the engine's (FlashInfer's)
     return {
-        "act_then_quant": graph_ms(lambda: quantize_tokens(act(gate_up)), iters),
+        "two_launches": graph_ms(lambda: quantize_tokens(act(gate_up)), iters),
         "fused": graph_ms(lambda: silu_mul_quantize_tokens(gate_up), iters),
     }
 
@@ -93,11 +93,20 @@ def time_norm_quant(hidden: int, m: int, iters: int) -> dict[str, float]:
     kernels = make_kernels("auto", x.device, x.dtype)  # the engine's (FlashInfer's)
     normed = x.clone()
     return {
-        "norm_then_quant": graph_ms(
+        "two_launches": graph_ms(
             lambda: quantize_tokens(kernels.add_rms_norm(normed, residual, weight, 1e-5)[0]), iters
         ),
         "fused": graph_ms(lambda: add_rms_norm_quantize_tokens(x, residual, weight, 1e-5, False), iters),
     }
+
+
+def print_fused(columns: str, rows: list[dict]) -> None:
+    """A table of two launches against the fused kernel per token count."""
+    print(f"| tokens | {columns} |")
+    print("|---|---|---|---|")
+    for r in rows:
+        two, one = r["two_launches"], r["fused"]
+        print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
 
 
 def main() -> None:
@@ -130,18 +139,10 @@ def main() -> None:
         )
     down_k = shapes.get("down_proj", (14336, 4096))[0]
     silu = [{"i": down_k, "tokens": m, **time_silu_quant(down_k, m, args.iters)} for m in tokens]
-    print(f"| tokens | SiLU·mul then quantize ms | fused ms | fused / two (I = {down_k}) |")
-    print("|---|---|---|---|")
-    for r in silu:
-        two, one = r["act_then_quant"], r["fused"]
-        print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
+    print_fused(f"SiLU·mul then quantize ms | fused ms | fused / two (I = {down_k})", silu)
     hidden = shapes.get("qkv_proj", (4096, 6144))[0]
     norm = [{"hidden": hidden, "tokens": m, **time_norm_quant(hidden, m, args.iters)} for m in tokens]
-    print(f"| tokens | add + RMSNorm then quantize ms | fused ms | fused / two (hidden {hidden}) |")
-    print("|---|---|---|---|")
-    for r in norm:
-        two, one = r["norm_then_quant"], r["fused"]
-        print(f"| {r['tokens']} | {two:.4f} | {one:.4f} | {one / two:.2f} |")
+    print_fused(f"add + RMSNorm then quantize ms | fused ms | fused / two (hidden {hidden})", norm)
     record = {
         **provenance(),
         "device": torch.cuda.get_device_name(),
