@@ -77,6 +77,34 @@ def test_fp8_linear_replays_in_a_cuda_graph() -> None:
         assert torch.equal(static_y, layer(x))
 
 
+def test_norm_fused_with_the_quantizer_feeds_the_fp8_linear() -> None:
+    """A decoder layer's residual add + norm before an FP8 projection on CUDA hands the linear
+    quantized rows (one kernel, decoder._add_norm) whose product is the reference path's on the
+    CPU (the torch norm, then the linear's own quantizer and the dequantized GEMM) up to the
+    GEMM's accumulation, the output's rounding and a last-bit flip in the normed rows; the
+    residual stream equals the reference's."""
+    from radixserve.model.decoder import _add_norm
+    from radixserve.model.layers import RMSNorm
+    from radixserve.runtime.fp8_linear import QuantizedRows
+
+    gen = torch.Generator().manual_seed(0)
+    norm = RMSNorm(512, 1e-5, torch.bfloat16)
+    layer = Linear(512, 384, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.2 * torch.randn(512, generator=gen))
+        layer.weight.normal_(0, 0.05, generator=gen)
+    layer.quantize_fp8_()
+    x = (torch.randn(37, 512, generator=gen) * 2).to(torch.bfloat16)
+    residual = (torch.randn(37, 512, generator=gen) * 4).to(torch.bfloat16)
+    want_h, want_residual = norm.add_forward(x, residual.clone())
+    want = layer(want_h)
+    norm.cuda(), layer.cuda()
+    h, got_residual = _add_norm(norm, x.cuda(), residual.cuda(), layer)
+    assert isinstance(h, QuantizedRows)
+    assert torch.equal(got_residual.cpu(), want_residual)
+    assert _rel(layer(h).cpu(), want) < 1e-2
+
+
 # A graphed token may differ from the eager top-1 only on a near-tie: FP8 activation scales
 # turn a one-ulp difference between two kernels (a graph's padded GEMM, its attention split)
 # into a step of the e4m3 grid, so a random-weight model's trajectories part at near-ties.
