@@ -28,13 +28,19 @@ written as FP8 bytes and a scale. The normed bf16 row is never written nor read 
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
 from radixserve.runtime.fp8_linear import NORM_FUSE_MAX_WIDTH
 
+# Triton's interpreter (the CPU tests) runs kernels as numpy, whose division rounds as IEEE's; it has
+# no libdevice.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 # Columns a program handles per pass; a row of K columns takes ceil(K / BLOCK) of them.
 MAX_BLOCK = 2048
 
@@ -57,11 +63,20 @@ def round_e4m3(x):
 
 
 @triton.jit
+def div_rn(a, b):
+    """`a / b` in float32 rounded to nearest, as IEEE's (and torch's on the CPU) division. Compiled,
+    Triton's `/` and `tl.fdiv(..., ieee_rounding=True)` alike are approximate (308 / 448 gave 0.6875
+    + 1 ulp on an H100, 2026-12-07, as torch's CUDA division by a scalar does), which moves the
+    quantized values at a rounding tie."""
+    if _INTERPRETED:
+        return a / b
+    return libdevice.div_rn(a, b)
+
+
+@triton.jit
 def quantized(x, scale, FP8_LIMIT: tl.constexpr):
-    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32. The division
-    rounds as IEEE's (and torch's) does: Triton's `/` on a GPU is an approximate one, off by an ulp
-    now and then, which moves values at a rounding tie (H100, 2026-12-07)."""
-    y = tl.clamp(tl.fdiv(x.to(tl.float32), scale, ieee_rounding=True), -FP8_LIMIT, FP8_LIMIT)
+    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32."""
+    y = tl.clamp(div_rn(x.to(tl.float32), scale), -FP8_LIMIT, FP8_LIMIT)
     return round_e4m3(y)
 
 
@@ -83,7 +98,7 @@ def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
     if not SILU_MUL:
         return x
     up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
-    return as_stored(tl.fdiv(x, 1.0 + tl.exp(-x), ieee_rounding=True) * up, x_row.dtype.element_ty)
+    return as_stored(div_rn(x, 1.0 + tl.exp(-x)) * up, x_row.dtype.element_ty)
 
 
 @triton.jit
@@ -102,6 +117,7 @@ def _token_quant_kernel(
     S,
     K,
     stride_x,
+    limit,
     BLOCK: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
     FLOOR: tl.constexpr,
@@ -115,7 +131,7 @@ def _token_quant_kernel(
     for start in range(0, K, BLOCK):
         mask = start + cols < K
         amax = tl.maximum(amax, tl.abs(_row_block(x_row, start + cols, mask, K, SILU_MUL)))
-    scale = tl.fdiv(tl.maximum(tl.max(amax, axis=0), FLOOR), FP8_LIMIT, ieee_rounding=True)  # as torch's
+    scale = div_rn(tl.maximum(tl.max(amax, axis=0), FLOOR), limit)  # limit: a runtime 448, see div_rn
     tl.store(S + row, scale)
     for start in range(0, K, BLOCK):
         mask = start + cols < K
@@ -139,6 +155,7 @@ def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torc
         scales,
         k,
         x.stride(0),
+        FP8_MAX,
         BLOCK=block,
         FP8_LIMIT=FP8_MAX,
         FLOOR=MIN_AMAX,
@@ -171,6 +188,7 @@ def _add_norm_quant_kernel(
     stride_x,
     stride_r,
     eps,
+    limit,
     BLOCK: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
     FLOOR: tl.constexpr,
@@ -190,7 +208,7 @@ def _add_norm_quant_kernel(
         n = as_stored(h * rrms * (1.0 + w), dtype)
     else:  # transformers' Llama: the normed row rounded, then times the weight, rounded again
         n = as_stored(as_stored(h * rrms, dtype) * w, dtype)
-    scale = tl.fdiv(tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR), FP8_LIMIT, ieee_rounding=True)
+    scale = div_rn(tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR), limit)
     tl.store(S + row, scale)
     tl.store(Q + row * K + cols, quantized(n, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
 
@@ -224,6 +242,7 @@ def add_rms_norm_quantize_tokens(
         x.stride(0),
         residual.stride(0),
         eps,
+        FP8_MAX,
         BLOCK=block,
         FP8_LIMIT=FP8_MAX,
         FLOOR=MIN_AMAX,
