@@ -24,7 +24,8 @@ from radixserve.model.moe import SparseMoE
 from radixserve.model.options import RopeConfig
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
-from radixserve.runtime.fp8_linear import NORM_FUSE_MAX_WIDTH, SILU_FUSE_MIN_TOKENS, QuantizedRows
+from radixserve.runtime.fp8_format import NORM_FUSE_MAX_WIDTH
+from radixserve.runtime.fp8_linear import SILU_FUSE_MIN_TOKENS, QuantizedRows
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 # Checkpoint module name -> (our fused module, its part), for checkpoints that store them apart.

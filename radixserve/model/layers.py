@@ -70,7 +70,7 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[QuantizedRows, torch.Tensor]:
         """`add_forward` of CUDA rows with the output quantized for the FP8 linear it feeds, in one
-        kernel; the caller checks the device and the width (fp8_linear.NORM_FUSE_MAX_WIDTH)."""
+        kernel; the caller checks the device and the width (fp8_format.NORM_FUSE_MAX_WIDTH)."""
         return fp8_add_rms_norm(x, residual, self.weight, self.eps, self.plus_one)
 
 

@@ -3,9 +3,9 @@ quantized per token as they come.
 
 `y = (q(x) * s_x) (W_q * s_w)^T + b`, where `q(x)` rounds each row of `x` to
 float8_e4m3fn after dividing it by `s_x = absmax(row) / 448` (448: the largest
-e4m3fn value), and `W_q`, `s_w` come from the checkpoint or from `quantize_rows`
-over the weight at load. One function quantizes weights and activations alike,
-so both paths round the same way:
+e4m3fn value; both divisions computed as float32 products, see fp8_format), and
+`W_q`, `s_w` come from the checkpoint or from `quantize_rows` over the weight at load.
+One function quantizes weights and activations alike, so both paths round the same way:
 
 - on CUDA (compute capability >= 8.9, triton installed) the activation quantized by
   one Triton launch (fp8_quant.quantize_tokens: the same bytes and scales as
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
+from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, INV_FP8_MAX, MIN_AMAX
 
 # The least compute capability with FP8 tensor cores (Ada 8.9, Hopper 9.0 and later).
 MIN_CAPABILITY = (8, 9)
@@ -38,10 +38,11 @@ CUDA_DTYPES = (torch.bfloat16, torch.float16)
 
 def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(float8_e4m3fn values, float32 scales `[..., 1]`) of each row of `t`, so that
-    `values.float() * scales` approximates `t`: scale = absmax(row) / 448, in float32."""
+    `values.float() * scales` approximates `t`: scale = absmax(row) / 448, in float32, as
+    fp8_format computes it."""
     amax = t.abs().amax(dim=-1, keepdim=True).float()
-    scale = amax.clamp(min=MIN_AMAX) / FP8_MAX
-    values = (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    scale = amax.clamp(min=MIN_AMAX) * INV_FP8_MAX  # products, not divisions: see fp8_format
+    values = (t.float() * scale.reciprocal()).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return values, scale
 
 
@@ -89,11 +90,6 @@ def fp8_silu_mul_linear(
     """`fp8_linear(silu(gate) * up, ...)` of a CUDA gate/up output `[..., 2 * I]`: the activation
     and the input's quantization in one launch (fp8_quant.silu_mul_quantize_tokens)."""
     return scaled_mm_linear(gate_up, weight, scale, bias, cuda_quantizer(silu_mul=True))
-
-
-# Widest row fp8_quant's fused add + norm + quantizer holds in registers (llama-3.1-405b's 16,384);
-# wider norms feeding FP8 linears run FlashInfer's norm and the linear's own quantizer.
-NORM_FUSE_MAX_WIDTH = 16384
 
 
 def fp8_add_rms_norm(

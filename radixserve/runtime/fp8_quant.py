@@ -35,8 +35,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, MIN_AMAX
-from radixserve.runtime.fp8_linear import NORM_FUSE_MAX_WIDTH
+from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, INV_FP8_MAX, MIN_AMAX, NORM_FUSE_MAX_WIDTH
 
 # Triton's interpreter (the CPU tests) runs kernels as numpy, whose division rounds as IEEE's; it has
 # no libdevice.
@@ -64,20 +63,24 @@ def round_e4m3(x):
 
 @triton.jit
 def div_rn(a, b):
-    """`a / b` in float32 rounded to nearest, as IEEE's (and torch's on the CPU) division. Compiled,
-    Triton's `/` and `tl.fdiv(..., ieee_rounding=True)` alike are approximate (308 / 448 gave 0.6875
-    + 1 ulp on an H100, 2026-12-07, as torch's CUDA division by a scalar does), which moves the
-    quantized values at a rounding tie."""
+    """`a / b` in float32 rounded to nearest, as IEEE's (and torch's) division: compiled, Triton's
+    `/` and `tl.fdiv(..., ieee_rounding=True)` alike are approximate (fp8_format says where it
+    showed). A multi-instruction sequence: the quantizers take one reciprocal per row with it."""
     if _INTERPRETED:
         return a / b
     return libdevice.div_rn(a, b)
 
 
 @triton.jit
+def saturated_e4m3(y, FP8_LIMIT: tl.constexpr):
+    """float32 `y` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid."""
+    return round_e4m3(tl.clamp(y, -FP8_LIMIT, FP8_LIMIT))
+
+
+@triton.jit
 def quantized(x, scale, FP8_LIMIT: tl.constexpr):
-    """`x / scale` saturated to +-FP8_LIMIT and rounded onto the e4m3 grid, in float32."""
-    y = tl.clamp(div_rn(x.to(tl.float32), scale), -FP8_LIMIT, FP8_LIMIT)
-    return round_e4m3(y)
+    """`x / scale` saturated and rounded onto the e4m3 grid, in float32 (the FP8 K/V store's)."""
+    return saturated_e4m3(div_rn(x.to(tl.float32), scale), FP8_LIMIT)
 
 
 @triton.jit
@@ -98,7 +101,7 @@ def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
     if not SILU_MUL:
         return x
     up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
-    return as_stored(div_rn(x, 1.0 + tl.exp(-x)) * up, x_row.dtype.element_ty)
+    return as_stored(x / (1.0 + tl.exp(-x)) * up, x_row.dtype.element_ty)  # exp is not torch's anyway
 
 
 @triton.jit
@@ -117,9 +120,9 @@ def _token_quant_kernel(
     S,
     K,
     stride_x,
-    limit,
     BLOCK: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
+    INV_LIMIT: tl.constexpr,
     FLOOR: tl.constexpr,
     SILU_MUL: tl.constexpr,
 ):
@@ -131,12 +134,14 @@ def _token_quant_kernel(
     for start in range(0, K, BLOCK):
         mask = start + cols < K
         amax = tl.maximum(amax, tl.abs(_row_block(x_row, start + cols, mask, K, SILU_MUL)))
-    scale = div_rn(tl.maximum(tl.max(amax, axis=0), FLOOR), limit)  # limit: a runtime 448, see div_rn
+    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) * INV_LIMIT
+    inv_scale = div_rn(1.0, scale)
     tl.store(S + row, scale)
     for start in range(0, K, BLOCK):
         mask = start + cols < K
         x = _row_block(x_row, start + cols, mask, K, SILU_MUL)
-        tl.store(q_row + start + cols, quantized(x, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+        q = saturated_e4m3(x * inv_scale, FP8_LIMIT)
+        tl.store(q_row + start + cols, q.to(Q.dtype.element_ty), mask=mask)
 
 
 def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,9 +160,9 @@ def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torc
         scales,
         k,
         x.stride(0),
-        FP8_MAX,
         BLOCK=block,
         FP8_LIMIT=FP8_MAX,
+        INV_LIMIT=INV_FP8_MAX,
         FLOOR=MIN_AMAX,
         SILU_MUL=silu_mul,
         num_warps=4,
@@ -188,9 +193,9 @@ def _add_norm_quant_kernel(
     stride_x,
     stride_r,
     eps,
-    limit,
     BLOCK: tl.constexpr,
     FP8_LIMIT: tl.constexpr,
+    INV_LIMIT: tl.constexpr,
     FLOOR: tl.constexpr,
     PLUS_ONE: tl.constexpr,
 ):
@@ -208,9 +213,10 @@ def _add_norm_quant_kernel(
         n = as_stored(h * rrms * (1.0 + w), dtype)
     else:  # transformers' Llama: the normed row rounded, then times the weight, rounded again
         n = as_stored(as_stored(h * rrms, dtype) * w, dtype)
-    scale = div_rn(tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR), limit)
+    scale = tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR) * INV_LIMIT
     tl.store(S + row, scale)
-    tl.store(Q + row * K + cols, quantized(n, scale, FP8_LIMIT).to(Q.dtype.element_ty), mask=mask)
+    q = saturated_e4m3(n * div_rn(1.0, scale), FP8_LIMIT)
+    tl.store(Q + row * K + cols, q.to(Q.dtype.element_ty), mask=mask)
 
 
 def add_rms_norm_quantize_tokens(
@@ -242,9 +248,9 @@ def add_rms_norm_quantize_tokens(
         x.stride(0),
         residual.stride(0),
         eps,
-        FP8_MAX,
         BLOCK=block,
         FP8_LIMIT=FP8_MAX,
+        INV_LIMIT=INV_FP8_MAX,
         FLOOR=MIN_AMAX,
         PLUS_ONE=plus_one,
         num_warps=min(max(block // 512, 1), 16),

@@ -3,7 +3,7 @@
 The reference is transformers' model of the original checkpoint with each linear's
 weight (lm_head excepted) replaced by its dequantized FP8 value and a forward
 pre-hook that fake-quantizes its input per token (absmax / 448 to float8_e4m3fn
-and back): the arithmetic our CPU path specifies. The FP8 checkpoints are written
+and back, in the format's products): the arithmetic our CPU path specifies. The FP8 checkpoints are written
 here, from a tiny random model saved by transformers, in compressed-tensors'
 layout (per channel and per tensor); the quantization in this file is its own
 code, not radixserve's.
@@ -37,16 +37,22 @@ def _prompt(n: int, seed: int) -> list[int]:
     return torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
+# The documented format's arithmetic (docs/fp8.md): scale = absmax times 1/448 rounded to float32,
+# values = x times the scale's reciprocal. bfloat16 values often sit exactly on a midpoint of the
+# e4m3 grid after scaling, so `x / scale` would round many of them the other way.
+INV_448 = torch.tensor(1 / 448.0, dtype=torch.float32)
+
+
 def _quantize(w: torch.Tensor, per_tensor: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(FP8 weight, float32 scale: `[out, 1]` per channel, `[1]` per tensor)."""
     amax = w.abs().amax() if per_tensor else w.abs().amax(dim=1, keepdim=True)
-    scale = (amax.float().clamp(min=1e-12) / 448.0).reshape(1 if per_tensor else (-1, 1))
-    return (w.float() / scale).clamp(-448.0, 448.0).to(FP8), scale
+    scale = (amax.float().clamp(min=1e-12) * INV_448).reshape(1 if per_tensor else (-1, 1))
+    return (w.float() * (1.0 / scale)).clamp(-448.0, 448.0).to(FP8), scale
 
 
 def _fake_quantize_tokens(x: torch.Tensor) -> torch.Tensor:
-    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / 448.0
-    return ((x.float() / scale).clamp(-448.0, 448.0).to(FP8).float() * scale).to(x.dtype)
+    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) * INV_448
+    return ((x.float() * (1.0 / scale)).clamp(-448.0, 448.0).to(FP8).float() * scale).to(x.dtype)
 
 
 def _is_linear_weight(name: str, linears: tuple[str, ...]) -> bool:

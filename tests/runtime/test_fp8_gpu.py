@@ -49,8 +49,7 @@ def test_scaled_mm_matches_the_reference(m: int, k: int, n: int, bias: bool) -> 
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     assert _rel(got.cpu(), want) < 1e-2
     # Linear's forward takes this path on CUDA, its input quantized by fp8_quant's one launch:
-    # the bytes of quantize_rows on the CPU, so the same output. (torch's CUDA division by a
-    # scalar multiplies by the reciprocal, so quantize_rows on the GPU may round a scale apart.)
+    # the bytes of quantize_rows on the CPU (the specification), so the same output.
     spec_bytes = lambda t: tuple(v.cuda() for v in quantize_rows(t.cpu()))  # noqa: E731
     spec = scaled_mm_linear(x, layer.weight, layer.weight_scale, layer.bias, spec_bytes)
     assert torch.equal(layer(x), spec)
