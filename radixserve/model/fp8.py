@@ -29,6 +29,7 @@ from radixserve.model.layers import FusedLinear, Linear
 from radixserve.model.moe import SparseMoE
 from radixserve.model.weights import checkpoint_modules
 from radixserve.runtime.fp8_builds import Fp8Use
+from radixserve.runtime.fp8_format import NORM_FUSE_MAX_WIDTH
 from radixserve.runtime.fp8_linear import CUDA_DTYPES, GEMM_ALIGN, check_capability
 
 QUANTIZATIONS = ("fp8",)
@@ -61,12 +62,13 @@ def fp8_use(model: nn.Module, dtype: torch.dtype, device: torch.device, plus_one
     linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8]
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.activation == "silu"]
     norm_inputs = [m.self_attn.qkv_proj for m in model.modules() if isinstance(m, DecoderLayer)]
+    fused = [m for m in norm_inputs if m.is_fp8 and m.in_features <= NORM_FUSE_MAX_WIDTH]  # decoder._add_norm
     return Fp8Use(
         dtype,
         device,
         input_widths=tuple(sorted({m.in_features for m in linears})),
         silu_widths=tuple(sorted({m.down_proj.in_features for m in mlps if m.down_proj.is_fp8})),
-        norm_width=next((m.in_features for m in norm_inputs if m.is_fp8), None),
+        norm_width=fused[0].in_features if fused else None,
         plus_one=plus_one,
     )
 

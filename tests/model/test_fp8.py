@@ -226,3 +226,32 @@ def test_finegrained_fp8_per_tensor_reads_as_compressed_tensors(tmp_path: Path, 
     ids = _prompt(12, seed=4)
     want = helpers.our_logits(ct.model, ct.config, ids, torch.arange(12))
     assert torch.equal(helpers.our_logits(ours.model, ours.config, ids, torch.arange(12)), want)
+
+
+@pytest.mark.parametrize(("hidden", "norm_width"), [(64, 64), (16400, None)])
+def test_fp8_use_names_the_widths_start_up_compiles(hidden: int, norm_width: int | None) -> None:
+    """`fp8_use` lists each FP8 linear's input width, the SiLU-gated down projections' and the
+    fused norm's; a hidden size wider than the fused norm holds runs its norms apart, so no build
+    of it (a build would refuse the width and fail the engine's start)."""
+    from transformers import LlamaConfig
+
+    from radixserve.model.config import ModelConfig
+    from radixserve.model.decoder import DecoderForCausalLM
+    from radixserve.model.fp8 import fp8_use, quantizable_linears
+
+    hf = LlamaConfig(
+        vocab_size=128,
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    with torch.device("meta"):  # shapes only
+        model = DecoderForCausalLM(ModelConfig.from_hf(hf), torch.bfloat16)
+        for _, linear in quantizable_linears(model):
+            linear.to_fp8()
+    use = fp8_use(model, torch.bfloat16, torch.device("cuda"), plus_one=False)
+    assert use.input_widths == tuple(sorted({hidden, 96}))
+    assert use.silu_widths == (96,)
+    assert use.norm_width == norm_width
