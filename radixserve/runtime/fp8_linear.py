@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -98,20 +99,23 @@ def fp8_add_rms_norm(
     """(norm(residual + x) quantized for an FP8 linear, residual + x) of CUDA rows `[M, K]`, the
     residual updated in place, in one launch (fp8_quant.add_rms_norm_quantize_tokens): the residual
     add and norm before a layer's FP8 projection without the normed row's round trip."""
-    from radixserve.runtime.fp8_quant import add_rms_norm_quantize_tokens  # imports triton
-
-    values, scales = add_rms_norm_quantize_tokens(x, residual, weight, eps, plus_one)
+    values, scales = _cuda_kernels().add_rms_norm_quantize_tokens(x, residual, weight, eps, plus_one)
     return QuantizedRows(values, scales, residual.dtype), residual
 
 
-@functools.cache
 def cuda_quantizer(silu_mul: bool = False) -> Quantizer:
-    """fp8_quant.quantize_tokens, or (`silu_mul`) its SiLU·mul form over a gate/up output,
-    imported on first use (it imports triton, which the CPU may lack; cached: an import statement
-    per linear per eager step cost ~0.6 us, this ~35 ns)."""
-    from radixserve.runtime.fp8_quant import quantize_tokens, silu_mul_quantize_tokens
+    """fp8_quant.quantize_tokens, or (`silu_mul`) its SiLU·mul form over a gate/up output."""
+    kernels = _cuda_kernels()
+    return kernels.silu_mul_quantize_tokens if silu_mul else kernels.quantize_tokens
 
-    return silu_mul_quantize_tokens if silu_mul else quantize_tokens
+
+@functools.cache
+def _cuda_kernels() -> ModuleType:
+    """runtime/fp8_quant.py, imported on first use (it imports triton, which the CPU may lack;
+    cached: an import statement per linear per eager step cost ~0.6 us, this ~35 ns)."""
+    from radixserve.runtime import fp8_quant
+
+    return fp8_quant
 
 
 def reference_linear(

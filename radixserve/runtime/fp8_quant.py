@@ -84,12 +84,29 @@ def quantized(x, scale, FP8_LIMIT: tl.constexpr):
 
 
 @triton.jit
+def _row_scale(amax, FLOOR: tl.constexpr, INV_LIMIT: tl.constexpr):
+    """(scale, 1 / scale) of a row whose largest magnitude is `amax`: absmax * fl(1/448) and its
+    exact reciprocal, the products fp8_format specifies."""
+    scale = tl.maximum(amax, FLOOR) * INV_LIMIT
+    return scale, div_rn(1.0, scale)
+
+
+@triton.jit
 def round_bf16(x):
     """float32 `x` rounded to nearest even onto bfloat16's grid, kept in float32: in bit arithmetic,
     as the cast on a GPU rounds (Triton's interpreter truncates)."""
     bits = x.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536: the high 16 bits
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def as_stored(x, dtype: tl.constexpr):
+    """float32 `x` rounded to `dtype` (bfloat16, float16 or float32) as a store of it would round,
+    kept in float32."""
+    if dtype == tl.bfloat16:
+        return round_bf16(x)
+    return x.to(dtype).to(tl.float32)
 
 
 @triton.jit
@@ -102,15 +119,6 @@ def _row_block(x_row, cols, mask, K, SILU_MUL: tl.constexpr):
         return x
     up = tl.load(x_row + K + cols, mask=mask, other=0.0).to(tl.float32)
     return as_stored(x / (1.0 + tl.exp(-x)) * up, x_row.dtype.element_ty)  # exp is not torch's anyway
-
-
-@triton.jit
-def as_stored(x, dtype: tl.constexpr):
-    """float32 `x` rounded to `dtype` (bfloat16, float16 or float32) as a store of it would round,
-    kept in float32."""
-    if dtype == tl.bfloat16:
-        return round_bf16(x)
-    return x.to(dtype).to(tl.float32)
 
 
 @triton.jit
@@ -134,8 +142,7 @@ def _token_quant_kernel(
     for start in range(0, K, BLOCK):
         mask = start + cols < K
         amax = tl.maximum(amax, tl.abs(_row_block(x_row, start + cols, mask, K, SILU_MUL)))
-    scale = tl.maximum(tl.max(amax, axis=0), FLOOR) * INV_LIMIT
-    inv_scale = div_rn(1.0, scale)
+    scale, inv_scale = _row_scale(tl.max(amax, axis=0), FLOOR, INV_LIMIT)
     tl.store(S + row, scale)
     for start in range(0, K, BLOCK):
         mask = start + cols < K
@@ -144,13 +151,18 @@ def _token_quant_kernel(
         tl.store(q_row + start + cols, q.to(Q.dtype.element_ty), mask=mask)
 
 
+def _outputs(m: int, k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty FP8 rows `[m, k]` and their float32 scales `[m, 1]`."""
+    values = torch.empty((m, k), dtype=FP8_DTYPE, device=device)
+    return values, torch.empty((m, 1), dtype=torch.float32, device=device)
+
+
 def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 rows `[M, k]` and their scales `[M, 1]` from `x [M, k]` (or `[M, 2k]` with `silu_mul`)."""
     m = x.shape[0]
     if x.stride(-1) != 1:
         x = x.contiguous()
-    values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
-    scales = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    values, scales = _outputs(m, k, x.device)
     if m == 0:
         return values, scales
     block = min(triton.next_power_of_2(k), MAX_BLOCK)
@@ -213,16 +225,16 @@ def _add_norm_quant_kernel(
         n = as_stored(h * rrms * (1.0 + w), dtype)
     else:  # transformers' Llama: the normed row rounded, then times the weight, rounded again
         n = as_stored(as_stored(h * rrms, dtype) * w, dtype)
-    scale = tl.maximum(tl.max(tl.abs(n), axis=0), FLOOR) * INV_LIMIT
+    scale, inv_scale = _row_scale(tl.max(tl.abs(n), axis=0), FLOOR, INV_LIMIT)
     tl.store(S + row, scale)
-    q = saturated_e4m3(n * div_rn(1.0, scale), FP8_LIMIT)
+    q = saturated_e4m3(n * inv_scale, FP8_LIMIT)
     tl.store(Q + row * K + cols, q.to(Q.dtype.element_ty), mask=mask)
 
 
 def add_rms_norm_quantize_tokens(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, plus_one: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quantize_tokens(norm(residual + x))` for `[M, K]` rows (K <= MAX_NORM_ROW), `residual`
+    """`quantize_tokens(norm(residual + x))` for `[M, K]` rows (K <= NORM_FUSE_MAX_WIDTH), `residual`
     updated in place to `residual + x` (rounded to its dtype); the norm scales by `weight`, or by
     `1 + weight` (`plus_one`), after transformers' Llama and Gemma norms. One launch."""
     m, k = residual.shape
@@ -233,8 +245,7 @@ def add_rms_norm_quantize_tokens(
     if x.stride(-1) != 1:
         x = x.contiguous()
     assert residual.stride(-1) == 1, "the residual is updated in place: its rows must be contiguous"
-    values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
-    scales = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    values, scales = _outputs(m, k, x.device)
     if m == 0:
         return values, scales
     block = triton.next_power_of_2(k)
