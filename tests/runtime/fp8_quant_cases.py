@@ -68,13 +68,23 @@ def run_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
     from radixserve.runtime.fp8_quant import quantize_tokens  # imports triton
 
     x = make_input(case, device, seed)
-    got_values, got_scales = quantize_tokens(x)
-    want_values, want_scales = quantize_rows(x.cpu())
-    got_values, got_scales = got_values.cpu(), got_scales.cpu()
+    return compare(quantize_tokens(x), quantize_rows(x.cpu()))
+
+
+def compare(
+    got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]
+) -> dict[str, float]:
+    """How far quantized rows and scales (`got`, any device) lie from the reference's (`want`)."""
+    got_values, got_scales = got[0].cpu(), got[1].cpu()
+    want_values, want_scales = want
+    off = float((got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum())
+    rows = want_scales.numel()
     return {
         "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
-        "bytes_off": float((got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()),
-        "scales_off": float((got_scales - want_scales).abs().max()) if case.m else 0.0,
+        "bytes_off": off,
+        "bytes_off_share": off / max(want_values.numel(), 1),
+        "scales_off": float((got_scales - want_scales).abs().max()) if rows else 0.0,
+        "scales_rel_off": float(((got_scales - want_scales).abs() / want_scales).max()) if rows else 0.0,
     }
 
 
@@ -109,15 +119,7 @@ def run_silu_case(case: QuantCase, device: str, seed: int) -> dict[str, float]:
     base = torch.randn(case.m, 2 * case.k + case.row_pad, generator=gen) * 2
     base[:, : 2 * case.k : 5] *= 8  # large gates and ups: each row's scale comes from a few values
     gate_up = base.to(case.dtype).to(device)[:, : 2 * case.k]
-    got_values, got_scales = silu_mul_quantize_tokens(gate_up)
-    want_values, want_scales = quantize_rows(silu_mul_reference(gate_up.cpu()))
-    got_values, got_scales = got_values.cpu(), got_scales.cpu()
-    off = (got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()
-    return {
-        "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
-        "bytes_off_share": float(off) / max(want_values.numel(), 1),
-        "scales_rel_off": float(((got_scales - want_scales).abs() / want_scales).max()) if case.m else 0.0,
-    }
+    return compare(silu_mul_quantize_tokens(gate_up), quantize_rows(silu_mul_reference(gate_up.cpu())))
 
 
 def run_silu_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:
@@ -174,19 +176,10 @@ def run_norm_case(case: NormCase, device: str, seed: int) -> dict[str, float]:
     weight = (unit + 0.3 * torch.randn(case.k, generator=gen)).to(case.dtype)
     eps = 1e-5
     want_normed, want_residual = norm_reference(x, residual.clone(), weight, eps, case.plus_one)
-    want_values, want_scales = quantize_rows(want_normed)
     got_residual = residual.to(device)
-    got_values, got_scales = add_rms_norm_quantize_tokens(
-        x.to(device), got_residual, weight.to(device), eps, case.plus_one
-    )
-    got_values, got_scales, got_residual = got_values.cpu(), got_scales.cpu(), got_residual.cpu()
-    off = (got_values.view(torch.uint8) != want_values.view(torch.uint8)).sum()
-    return {
-        "shape_ok": float(got_values.shape == want_values.shape and got_scales.shape == want_scales.shape),
-        "residual_off": float((got_residual.float() - want_residual.float()).abs().max()) if case.m else 0.0,
-        "bytes_off_share": float(off) / max(want_values.numel(), 1),
-        "scales_rel_off": float(((got_scales - want_scales).abs() / want_scales).max()) if case.m else 0.0,
-    }
+    got = add_rms_norm_quantize_tokens(x.to(device), got_residual, weight.to(device), eps, case.plus_one)
+    residual_off = (got_residual.cpu().float() - want_residual.float()).abs().max() if case.m else 0.0
+    return {**compare(got, quantize_rows(want_normed)), "residual_off": float(residual_off)}
 
 
 def run_norm_quant_cases(seed: int, device: str = "cpu") -> dict[str, dict[str, float]]:

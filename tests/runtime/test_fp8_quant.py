@@ -51,11 +51,16 @@ def test_compiled_token_quant_equals_quantize_rows(case: QuantCase) -> None:
     _check(case, run_case(case, "cuda", seed=0), 0)
 
 
-def _check_silu(case: QuantCase, diffs: dict[str, float], seed: int) -> None:
-    assert diffs["shape_ok"] == 1.0, f"{case.name}: shapes differ"
+def _check_near(name: str, diffs: dict[str, float], seed: int, bytes_off: float, scale_rtol: float) -> None:
+    """Bytes and scales within the kernel's stated gap from the reference's."""
+    assert diffs["shape_ok"] == 1.0, f"{name}: shapes differ"
     share = diffs["bytes_off_share"]
-    assert share <= SILU_BYTES_OFF, f"{case.name}: {share:.2%} of the FP8 bytes differ (seed {seed})"
-    assert diffs["scales_rel_off"] <= SILU_SCALE_RTOL, f"{case.name}: scales off (seed {seed})"
+    assert share <= bytes_off, f"{name}: {share:.2%} of the FP8 bytes differ (seed {seed})"
+    assert diffs["scales_rel_off"] <= scale_rtol, f"{name}: scales off (seed {seed})"
+
+
+def _check_silu(case: QuantCase, diffs: dict[str, float], seed: int) -> None:
+    _check_near(case.name, diffs, seed, SILU_BYTES_OFF, SILU_SCALE_RTOL)
 
 
 @pytest.mark.parametrize("case", SILU_CASES, ids=[c.name for c in SILU_CASES])
@@ -71,11 +76,8 @@ def test_compiled_silu_mul_quant_equals_quantize_rows(case: QuantCase) -> None:
 
 
 def _check_norm(case: NormCase, diffs: dict[str, float], seed: int) -> None:
-    assert diffs["shape_ok"] == 1.0, f"{case.name}: shapes differ"
     assert diffs["residual_off"] == 0.0, f"{case.name}: the residual stream differs (seed {seed})"
-    share = diffs["bytes_off_share"]
-    assert share <= NORM_BYTES_OFF, f"{case.name}: {share:.2%} of the FP8 bytes differ (seed {seed})"
-    assert diffs["scales_rel_off"] <= NORM_SCALE_RTOL, f"{case.name}: scales off (seed {seed})"
+    _check_near(case.name, diffs, seed, NORM_BYTES_OFF, NORM_SCALE_RTOL)
 
 
 @pytest.mark.parametrize("case", NORM_CASES, ids=[c.name for c in NORM_CASES])
