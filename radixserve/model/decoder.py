@@ -89,12 +89,18 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = FusedLinear(hidden, {"gate": size, "up": size}, bias=bias, dtype=dtype)
         self.down_proj = Linear(size, hidden, bias=bias, dtype=dtype)
 
+    @property
+    def fuses_silu_quantizer(self) -> bool:
+        """Whether CUDA steps of `SILU_FUSE_MIN_TOKENS`+ tokens compute SiLU·mul inside the FP8 down
+        projection's input quantizer."""
+        return self.activation == "silu" and self.down_proj.is_fp8
+
     def forward(self, h: torch.Tensor | QuantizedRows) -> torch.Tensor:
         gate_up = self.gate_up_proj(h)
         if self.activation == "gelu_tanh":
             return self.down_proj(self.kernels.gelu_tanh_and_mul(gate_up))
-        if self.down_proj.is_fp8 and gate_up.is_cuda and gate_up.shape[0] >= SILU_FUSE_MIN_TOKENS:
-            return self.down_proj.silu_mul_forward(gate_up)  # SiLU·mul inside the FP8 input quantizer
+        if self.fuses_silu_quantizer and gate_up.is_cuda and gate_up.shape[0] >= SILU_FUSE_MIN_TOKENS:
+            return self.down_proj.silu_mul_forward(gate_up)
         return self.down_proj(self.kernels.silu_and_mul(gate_up))
 
 
@@ -164,9 +170,15 @@ def _add_norm(
 ) -> tuple[torch.Tensor | QuantizedRows, torch.Tensor]:
     """`norm.add_forward`, quantized in the same kernel where its output feeds (`into`) an FP8
     linear on CUDA: one launch instead of the norm's and the linear's quantizer's."""
-    if into is not None and into.is_fp8 and x.is_cuda and x.shape[-1] <= NORM_FUSE_MAX_WIDTH:
+    if norm_fuses_quantizer(into) and x.is_cuda:
         return norm.add_quantize_forward(x, residual)
     return norm.add_forward(x, residual)
+
+
+def norm_fuses_quantizer(into: Linear | None) -> bool:
+    """Whether a norm feeding `into` quantizes for it on CUDA: an FP8 linear no wider than the fused
+    kernel's rows."""
+    return into is not None and into.is_fp8 and into.in_features <= NORM_FUSE_MAX_WIDTH
 
 
 class DecoderModel(nn.Module):

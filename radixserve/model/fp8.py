@@ -24,12 +24,11 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from radixserve.model.decoder import DecoderLayer, GatedMLP
+from radixserve.model.decoder import DecoderLayer, GatedMLP, norm_fuses_quantizer
 from radixserve.model.layers import FusedLinear, Linear
 from radixserve.model.moe import SparseMoE
 from radixserve.model.weights import checkpoint_modules
 from radixserve.runtime.fp8_builds import Fp8Use
-from radixserve.runtime.fp8_format import NORM_FUSE_MAX_WIDTH
 from radixserve.runtime.fp8_linear import CUDA_DTYPES, GEMM_ALIGN, check_capability
 
 QUANTIZATIONS = ("fp8",)
@@ -60,14 +59,14 @@ def quantize_model_(model: nn.Module) -> None:
 def fp8_use(model: nn.Module, dtype: torch.dtype, device: torch.device, plus_one: bool) -> Fp8Use:
     """The widths the model's FP8 linears quantize (runtime/fp8_builds.py compiles each at start)."""
     linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8]
-    mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.activation == "silu"]
+    mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.fuses_silu_quantizer]
     norm_inputs = [m.self_attn.qkv_proj for m in model.modules() if isinstance(m, DecoderLayer)]
-    fused = [m for m in norm_inputs if m.is_fp8 and m.in_features <= NORM_FUSE_MAX_WIDTH]  # decoder._add_norm
+    fused = [m for m in norm_inputs if norm_fuses_quantizer(m)]
     return Fp8Use(
         dtype,
         device,
         input_widths=tuple(sorted({m.in_features for m in linears})),
-        silu_widths=tuple(sorted({m.down_proj.in_features for m in mlps if m.down_proj.is_fp8})),
+        silu_widths=tuple(sorted({m.down_proj.in_features for m in mlps})),
         norm_width=fused[0].in_features if fused else None,
         plus_one=plus_one,
     )
