@@ -214,6 +214,17 @@ def test_fp8_linear_bench_reads_a_layers_shapes() -> None:
     assert bench.parse_shapes("128x256,down=512x64") == {"128x256": (128, 256), "down": (512, 64)}
 
 
+def test_fp8_quant_sweep_times_the_engines_launch_shapes() -> None:
+    pytest.importorskip("triton")
+    sweep = load_script(BENCHMARKS / "sweep_fp8_quant.py", "radixserve_sweep_fp8_quant")
+    assert sweep.parse_shapes("2048/4,4096/16") == [(2048, 4), (4096, 16)]
+    from radixserve.runtime import fp8_quant
+
+    # Each form's ratios are to the engine's current shape, so the default sweep must time it.
+    shapes = sweep.parse_shapes(sweep.SHAPES)
+    assert {(fp8_quant.MAX_BLOCK, w) for w in fp8_quant.WARPS.values()} <= set(shapes)
+
+
 def test_gpu_suite_sections_are_selectable() -> None:
     sys.path.insert(0, str(BENCHMARKS.parent))
     import importlib

@@ -25,7 +25,7 @@ from radixserve.model.options import RopeConfig
 from radixserve.runtime.attention.base import AttentionBackend
 from radixserve.runtime.forward_batch import ForwardBatch
 from radixserve.runtime.fp8_format import NORM_FUSE_MAX_WIDTH
-from radixserve.runtime.fp8_linear import SILU_FUSE_MIN_TOKENS, QuantizedRows
+from radixserve.runtime.fp8_linear import QuantizedRows
 from radixserve.runtime.kernels import TORCH_KERNELS, TorchKernels
 
 # Checkpoint module name -> (our fused module, its part), for checkpoints that store them apart.
@@ -91,15 +91,14 @@ class GatedMLP(nn.Module):
 
     @property
     def fuses_silu_quantizer(self) -> bool:
-        """Whether CUDA steps of `SILU_FUSE_MIN_TOKENS`+ tokens compute SiLU·mul inside the FP8 down
-        projection's input quantizer."""
+        """Whether CUDA steps compute SiLU·mul inside the FP8 down projection's input quantizer."""
         return self.activation == "silu" and self.down_proj.is_fp8
 
     def forward(self, h: torch.Tensor | QuantizedRows) -> torch.Tensor:
         gate_up = self.gate_up_proj(h)
         if self.activation == "gelu_tanh":
             return self.down_proj(self.kernels.gelu_tanh_and_mul(gate_up))
-        if self.fuses_silu_quantizer and gate_up.is_cuda and gate_up.shape[0] >= SILU_FUSE_MIN_TOKENS:
+        if self.fuses_silu_quantizer and gate_up.is_cuda:
             return self.down_proj.silu_mul_forward(gate_up)
         return self.down_proj(self.kernels.silu_and_mul(gate_up))
 

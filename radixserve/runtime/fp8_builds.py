@@ -4,8 +4,7 @@ and the residual add + RMSNorm fused with it (runtime/fp8_quant.py).
 Triton compiles a kernel on its first launch (a second or two) once per variant, and the variant
 follows the row width (the block size is the next power of two, up to a cap), so each build runs
 at a width the model's steps quantize: a build at a toy width would compile a variant no step
-launches. The fused SiLU·mul quantizer first runs in steps of `SILU_FUSE_MIN_TOKENS` tokens, which
-the start-up's tiny model step and CUDA-graph captures never have.
+launches. Built here, each compiles under start()'s progress lines, before CUDA-graph captures.
 """
 
 from __future__ import annotations

@@ -78,13 +78,6 @@ def fp8_linear(
     return reference_linear(x, weight, scale, bias)
 
 
-# From this many tokens the down projection's input comes from the fused SiLU·mul quantizer. One
-# program per token reads its whole gate/up row, so a small batch occupies few SMs: on an H100
-# (7b52b33, benchmarks/bench_fp8_linear.py, I = 14336) fused / two launches was 1.14 and 1.05 at 64
-# and 256 tokens, 0.86 and 0.84 at 2048 and 8192; the switch sits between them.
-SILU_FUSE_MIN_TOKENS = 1024
-
-
 def fp8_silu_mul_linear(
     gate_up: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
