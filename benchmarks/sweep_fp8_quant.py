@@ -3,7 +3,7 @@
 For the SiLU·mul form over a `[tokens, 2 * I]` gate/up output (I = 14336, llama-3.1-8b's down
 projection) and the plain form over `[tokens, K]` rows (K = 4096, its o_proj input), times
 `fp8_quant`'s kernel at each (block, warps) of `--shapes`, as a ratio to the engine's current shape
-(`fp8_quant.MAX_BLOCK`, `fp8_quant.WARPS`), and for the SiLU·mul form the two launches it replaces
+(`fp8_quant.launch_shape`), and for the SiLU·mul form the two launches it replaces
 (FlashInfer's SiLU·mul, the engine's layer kernel, then the plain quantizer). Every shape's bytes and
 scales must equal the current shape's (a row's reduction order may not change them); a shape that
 differs is reported as such. Median of graph replays (benchmarks/gpu_timing.py).
@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import provenance  # noqa: E402
 from benchmarks.gpu_timing import graph_ms  # noqa: E402
 from radixserve.runtime import fp8_quant  # noqa: E402
-from radixserve.runtime.fp8_format import FP8_DTYPE, FP8_MAX, INV_FP8_MAX, MIN_AMAX  # noqa: E402
 from radixserve.runtime.kernels import make_kernels  # noqa: E402
 
 SHAPES = "2048/4,2048/8,2048/16,4096/8,4096/16,1024/4,1024/8"
@@ -37,34 +36,11 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return [(int(b), int(w)) for b, w in (part.split("/") for part in text.split(","))]
 
 
-def launch(
-    x: torch.Tensor, k: int, silu_mul: bool, block: int, warps: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp8_quant's token quantizer over `x` at a given launch shape: (FP8 rows, scales)."""
-    m = x.shape[0]
-    values = torch.empty((m, k), dtype=FP8_DTYPE, device=x.device)
-    scales = torch.empty((m, 1), dtype=torch.float32, device=x.device)
-    fp8_quant._token_quant_kernel[(m,)](
-        x,
-        values,
-        scales,
-        k,
-        x.stride(0),
-        BLOCK=block,
-        FP8_LIMIT=FP8_MAX,
-        INV_LIMIT=INV_FP8_MAX,
-        FLOOR=MIN_AMAX,
-        SILU_MUL=silu_mul,
-        num_warps=warps,
-    )
-    return values, scales
-
-
 def sweep_row(silu_mul: bool, k: int, m: int, shapes: list[tuple[int, int]], iters: int) -> dict:
     """Milliseconds of each launch shape (None where its bytes differ from the current shape's)."""
     x = torch.randn(m, 2 * k if silu_mul else k, device="cuda", dtype=torch.bfloat16) * 2
-    current = (fp8_quant.MAX_BLOCK, fp8_quant.WARPS[silu_mul])
-    ref_values, ref_scales = launch(x, k, silu_mul, *current)
+    current = fp8_quant.launch_shape(k, silu_mul)
+    ref_values, ref_scales = fp8_quant.token_quant(x, k, silu_mul, current)
     row: dict = {
         "form": "silu_mul" if silu_mul else "plain",
         "k": k,
@@ -75,12 +51,10 @@ def sweep_row(silu_mul: bool, k: int, m: int, shapes: list[tuple[int, int]], ite
         act = make_kernels("auto", x.device, x.dtype).silu_and_mul
         row["two_launches"] = graph_ms(lambda: fp8_quant.quantize_tokens(act(x)), iters)
     for block, warps in shapes:
-        values, scales = launch(x, k, silu_mul, block, warps)
-        same = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8)) and torch.equal(
-            scales, ref_scales
-        )
-        ms = graph_ms(functools.partial(launch, x, k, silu_mul, block, warps), iters) if same else None
-        row[f"{block}/{warps}"] = ms
+        values, scales = fp8_quant.token_quant(x, k, silu_mul, (block, warps))
+        same = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8))
+        timed = functools.partial(fp8_quant.token_quant, x, k, silu_mul, (block, warps))
+        row[f"{block}/{warps}"] = graph_ms(timed, iters) if same and torch.equal(scales, ref_scales) else None
     return row
 
 

@@ -164,15 +164,23 @@ def _outputs(m: int, k: int, device: torch.device) -> tuple[torch.Tensor, torch.
     return values, torch.empty((m, 1), dtype=torch.float32, device=device)
 
 
-def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """FP8 rows `[M, k]` and their scales `[M, 1]` from `x [M, k]` (or `[M, 2k]` with `silu_mul`)."""
+def launch_shape(k: int, silu_mul: bool) -> tuple[int, int]:
+    """(columns per pass, warps per token) of the token quantizer over rows of `k` columns."""
+    return min(triton.next_power_of_2(k), MAX_BLOCK), WARPS[silu_mul]
+
+
+def token_quant(
+    x: torch.Tensor, k: int, silu_mul: bool, shape: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 rows `[M, k]` and their scales `[M, 1]` from `x [M, k]` (or `[M, 2k]` with `silu_mul`),
+    launched at `shape` (default `launch_shape`; benchmarks/sweep_fp8_quant.py times others)."""
     m = x.shape[0]
     if x.stride(-1) != 1:
         x = x.contiguous()
     values, scales = _outputs(m, k, x.device)
     if m == 0:
         return values, scales
-    block = min(triton.next_power_of_2(k), MAX_BLOCK)
+    block, warps = shape or launch_shape(k, silu_mul)
     _token_quant_kernel[(m,)](
         x,
         values,
@@ -184,7 +192,7 @@ def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torc
         INV_LIMIT=INV_FP8_MAX,
         FLOOR=MIN_AMAX,
         SILU_MUL=silu_mul,
-        num_warps=WARPS[silu_mul],
+        num_warps=warps,
     )
     return values, scales
 
@@ -192,13 +200,13 @@ def _launch(x: torch.Tensor, k: int, silu_mul: bool) -> tuple[torch.Tensor, torc
 def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(float8_e4m3fn `[M, K]` row-major, float32 scales `[M, 1]`) of a `[M, K]` activation whose
     rows may be strided (its last dim contiguous): `fp8_linear.quantize_rows`, one launch."""
-    return _launch(x, x.shape[1], silu_mul=False)
+    return token_quant(x, x.shape[1], silu_mul=False)
 
 
 def silu_mul_quantize_tokens(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`quantize_tokens(silu(gate) * up)` of a `[M, 2 * I]` gate/up output (gate first, its rows may
     be strided), the activation rounded to `gate_up`'s dtype before it is quantized: one launch."""
-    return _launch(gate_up, gate_up.shape[1] // 2, silu_mul=True)
+    return token_quant(gate_up, gate_up.shape[1] // 2, silu_mul=True)
 
 
 @triton.jit
