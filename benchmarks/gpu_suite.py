@@ -16,8 +16,8 @@ stays unquantized on the same weights. `--deterministic` likewise runs every eng
 `EngineConfig(deterministic=True)` (docs/deterministic.md): records carry `"deterministic": true`,
 settings end in " deterministic", the file is `h200_deterministic.jsonl`. Each record is one JSON
 line in `<out>/h200.jsonl` (`suite_cpu.jsonl` on the CPU, `_quick` added
-for --quick), written as it is measured, with the commit and dirty flag the
-script takes itself and the command line that ran it; a table of every figure
+for --quick), appended as it is measured (runs into one folder keep each other's), with the
+commit and dirty flag the script takes itself and the command line that ran it; a table of every figure
 is printed last and written beside it (`.table.md`). Workloads are those of BENCHMARKS.md ("Workloads");
 the transformers peer runs in the same process on the same weights.
 

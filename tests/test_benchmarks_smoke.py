@@ -253,6 +253,11 @@ def test_gpu_suite_quantization_reaches_engines_records_and_bound(tmp_path: Path
     rec("W1", "m", "1000/1000", "output_tok_s", 1.0)
     line = json.loads((tmp_path / "r.jsonl").read_text())
     assert line["setting"] == "1000/1000 fp8" and line["quantization"] == "fp8"
+    # A second run into the same folder appends: the first run's record stays.
+    again = report.Recorder([tmp_path / "r.jsonl"], "cpu", "float32", True)
+    again("W1L", "m", "128/128", "output_tok_s", 21146.7)
+    lines = [json.loads(raw) for raw in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [r["setting"] for r in lines] == ["1000/1000 fp8", "128/128"]
     bounds = importlib.import_module("benchmarks.suite.bounds")
     from radixserve.model.shapes import shape_hf_config
 

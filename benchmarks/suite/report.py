@@ -1,4 +1,4 @@
-"""Records of the GPU suite: one JSON object per figure, written as they are measured.
+"""Records of the GPU suite: one JSON object per figure, appended as they are measured.
 
 Each record carries the run's provenance (commit and dirty flag taken by the
 script itself, see `common.provenance`), the date, device, dtype and
@@ -56,10 +56,11 @@ class Recorder:
             self.setting_suffix = f"{self.setting_suffix} deterministic".strip()
         if "env_commit" in prov:  # a copied tree's stale .git: what the caller says ran
             self.head["env_commit"] = prov["env_commit"]
+        # Appended to, never truncated: several runs into one folder (a device call's sections one
+        # after another) keep every record, each with its own time and command.
         self.out_files = out_files
         for f in out_files:
             f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text("")
         self.records: list[dict[str, Any]] = []
         self.rows: list[tuple[str, str, str, str, str]] = []
 
@@ -86,14 +87,19 @@ class Recorder:
             with open(f, "a") as fh:
                 fh.write(line)
         note = " ".join(f"{k}={_short(v)}" for k, v in extra.items())
-        self.rows.append((workload, model, setting, metric, f"{value:,.4g} {note}".strip()))
-        print(f"[{workload}] {model} {setting} {metric} = {value:,.4g} {note}", flush=True)
+        self.rows.append((workload, model, setting, metric, f"{_figure(value)} {note}".strip()))
+        print(f"[{workload}] {model} {setting} {metric} = {_figure(value)} {note}", flush=True)
 
     def failed(self, section: str, error: BaseException) -> None:
         self.rows.append((section, "-", "-", "FAILED", repr(error)[:120]))
 
     def table(self) -> str:
         return format_table(["workload", "model", "setting", "metric", "value"], self.rows)
+
+
+def _figure(v: float) -> str:
+    """A measured value for the eye: whole units from a thousand up ("21,146", not "2.115e+04")."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.4g}"
 
 
 def _short(v: Any) -> str:
