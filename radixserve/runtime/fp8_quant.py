@@ -45,7 +45,7 @@ MAX_BLOCK = 2048
 # Warps per token: the SiLU·mul form reads two long rows (I = 14336 in llama-3.1-8b), one program
 # per token, so a decode batch keeps few SMs busy unless each program is wide. On an H100 at 00abc56
 # (benchmarks/sweep_fp8_quant.py), 16 warps took 0.72-0.73 of 4 warps' time at 16-128 tokens and
-# 0.87-0.97 at 256-2048, and beat FlashInfer's SiLU·mul then the quantizer at every size (0.80-0.94);
+# 0.87-0.97 at 256-2048, and beat FlashInfer's SiLU·mul then the quantizer at every size (0.76-0.94);
 # the plain quantizer's rows (K = 4096) gain nothing from 16 warps from 256 tokens on and lose 5-20%
 # from 512.
 WARPS = {False: 4, True: 16}
