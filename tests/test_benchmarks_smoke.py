@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -223,6 +224,28 @@ def test_fp8_quant_sweep_times_the_engines_launch_shapes() -> None:
     # Each form's ratios are to the engine's current shape, so the default sweep must time it.
     shapes = sweep.parse_shapes(sweep.SHAPES)
     assert {fp8_quant.launch_shape(k, silu) for k, silu in ((14336, True), (4096, False))} <= set(shapes)
+
+
+def test_gpu_steps_runs_each_step_within_the_call_deadline(tmp_path: Path) -> None:
+    # From a folder without the wheel cache (.whl), as a fresh clone has: gpu_env.sh installs nothing.
+    repo, out = tmp_path / "repo", tmp_path / "out"
+    repo.mkdir()
+    out.mkdir()
+    for part in ("scripts", "benchmarks", "radixserve"):
+        (repo / part).symlink_to(BENCHMARKS.parent / part)
+
+    def steps(deadline: str, *specs: str) -> str:
+        env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "DEADLINE": deadline}
+        env["RADIXSERVE_SITE"] = str(tmp_path / "site")
+        cmd = ["bash", "scripts/gpu_steps.sh", *specs]
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    shown = steps("300", "usage|120|--help")
+    assert "usage rc 0" in shown and "--w1l" in (out / "usage.log").read_text()
+    shown = steps("0", "late|120|--help")
+    assert "late: skipped" in shown and not (out / "late.log").exists()
 
 
 def test_gpu_suite_sections_are_selectable() -> None:
