@@ -57,9 +57,12 @@ def quantize_model_(model: nn.Module) -> None:
 
 
 def fp8_use(model: nn.Module, dtype: torch.dtype, device: torch.device, plus_one: bool) -> Fp8Use:
-    """The widths the model's FP8 linears quantize (runtime/fp8_builds.py compiles each at start)."""
-    linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8]
+    """The widths the model's FP8 linears quantize (runtime/fp8_builds.py compiles each at start): a
+    linear's own quantizer only where no fused kernel quantizes for it (the first layer's qkv and
+    every o_proj take it; so would a norm wider than the fused one holds)."""
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.fuses_silu_quantizer]
+    silu_fed = {id(m.down_proj) for m in mlps}  # their input comes from the fused SiLU·mul quantizer
+    linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8 and id(m) not in silu_fed]
     norm_inputs = [m.self_attn.qkv_proj for m in model.modules() if isinstance(m, DecoderLayer)]
     fused = [m for m in norm_inputs if norm_fuses_quantizer(m)]
     return Fp8Use(
