@@ -104,7 +104,7 @@ def _figure(v: float) -> str:
 
 def _short(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return _figure(v)
     if isinstance(v, (list, dict)):
         s = json.dumps(v)
         return s if len(s) <= 60 else s[:57] + "..."
