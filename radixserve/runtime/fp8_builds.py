@@ -24,7 +24,7 @@ class Fp8Use:
 
     dtype: torch.dtype
     device: torch.device
-    input_widths: tuple[int, ...]  # in_features of the FP8 linears: their own quantizer's rows
+    input_widths: tuple[int, ...]  # in_features of the FP8 linears that quantize their own input
     silu_widths: tuple[int, ...]  # FP8 down projections' in_features after SiLU·mul (the fused one)
     norm_width: int | None  # hidden size of the norms that feed FP8 linears (the fused add + norm)
     plus_one: bool  # those norms scale by (1 + weight) (Gemma)
