@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import logging
 import os
 import shlex
 import sys
@@ -187,6 +188,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse(argv)
+    # The engine's start-up lines (one per kernel build, with its seconds) into the log: on a
+    # fresh machine they say where a start's minutes go.
+    logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("radixserve").setLevel(logging.INFO)
     target = replace(
         make_target(args.device),
         stream_interval=args.stream_interval,

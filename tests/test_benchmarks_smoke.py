@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -310,6 +311,9 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "FAILED" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The log says how long each engine took to start, and its kernel builds' progress.
+    assert re.search(r"^engine \S+: started in \d+\.\d s$", proc.stdout, re.M), proc.stdout[-3000:]
+    assert "radixserve: kernels ready" in proc.stderr, proc.stderr[-3000:]
     recs = [json.loads(line) for line in (tmp_path / "suite_cpu_quick.jsonl").read_text().splitlines()]
     assert (tmp_path / "suite_cpu_quick.table.md").read_text().startswith("| workload")
     for r in recs:

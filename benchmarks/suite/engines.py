@@ -123,7 +123,11 @@ def free_memory() -> None:
 def running_engine(cfg: EngineConfig) -> Iterator[tuple[AsyncEngine, asyncio.AbstractEventLoop]]:
     loop = asyncio.new_event_loop()
     engine = AsyncEngine(cfg)
+    t0 = time.perf_counter()
     loop.run_until_complete(engine.start())
+    # A step cut off by its time limit then shows whether the start (weights, kernel builds,
+    # graph capture) or the requests took the time.
+    print(f"engine {cfg.model}: started in {time.perf_counter() - t0:.1f} s", flush=True)
     try:
         yield engine, loop
     finally:
