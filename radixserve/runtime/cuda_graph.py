@@ -48,9 +48,18 @@ if TYPE_CHECKING:
     from radixserve.runtime.step_fill import StepFillStaging
 
 
+GRAPH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+# Past the ladder (max_running_requests above 512) graphs come every this many rows, so a batch
+# of 513 pads to 640 (25%) rather than to max_bs (a 600-row step of a 1,024 cap would compute
+# 1,024 rows).
+WIDE_STEP = 128
+
+
 def graph_batch_sizes(max_bs: int) -> list[int]:
-    ladder = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512]
-    sizes = [b for b in ladder if b < max_bs]
+    """The batch sizes captured for a cap of `max_bs` rows: the ladder below it, then every
+    `WIDE_STEP` rows, then `max_bs` itself."""
+    sizes = [b for b in GRAPH_LADDER if b < max_bs]
+    sizes += range(GRAPH_LADDER[-1] + WIDE_STEP, max_bs, WIDE_STEP)
     return [*sizes, max_bs]
 
 
