@@ -143,6 +143,28 @@ def _positive(fig: dict[str, Any]) -> None:
 # ---- provenance ---------------------------------------------------------------------------------
 
 
+def test_bench_deterministic_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "det.json"
+    args = ["--requests", "2", "--prompt", "8", "--tokens", "2", "--rounds", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_deterministic.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert len(doc["provenance"]["commit"]) == 40
+    (res,) = doc["results"]
+    assert res["args"]["rounds"] == 2
+    assert set(res["modes"]) == {"default", "deterministic"}
+    for mode in res["modes"].values():
+        assert mode["alone_tok_s"] > 0 and mode["batch_tok_s"] > 0
+    assert res["slowdown"]["batch_tok_s"] == pytest.approx(
+        res["modes"]["default"]["batch_tok_s"] / res["modes"]["deterministic"]["batch_tok_s"]
+    )
+
+
 def test_provenance_from_git() -> None:
     prov = common.provenance()
     assert prov["commit_source"] == "git"
