@@ -13,8 +13,9 @@
 #   2. the GPU tests, `pytest -m gpu tests/runtime` (all of them live there; the
 #      whole `tests` tree does not collect on the device, which lacks the
 #      server's packages), log in $OUT/gpu_tests.log;
-#   3. the compiled FlashInfer modules packed into $OUT/fi_cache.tgz (copy it to
-#      .fi_cache/ here and carry that: the next fresh machine skips the builds);
+#   3. the compiled FlashInfer modules packed into $OUT/fi_cache.tgz and the Triton
+#      cache into $OUT/triton_cache.tgz (copy both to .fi_cache/ here and carry that:
+#      the next fresh machine skips the builds);
 #   4. benchmarks/gpu_suite.py --only <sections>, records in $OUT/h200.jsonl,
 #      log in $OUT/suite.log, its lines of figures printed last.
 # Seen on a fresh H200 (2026-12-02): steps 1-3 about 3.5 min with a cold JIT
@@ -43,6 +44,7 @@ grep -E ' (FAILED|ERROR)' "$out/gpu_tests.log" | head -20
 python3 -c "import os; from pathlib import Path
 from benchmarks.gpu_attention_check import pack_flashinfer_cache as p
 print('fi_cache', p(Path(os.environ['OUT'])))"
+pack_triton_cache "$out"
 # shellcheck disable=SC2086 # SUITE_ARGS: more gpu_suite.py options, e.g. "--models dummy:qwen3-30b-a3b"
 timeout "$suite_s" python3 benchmarks/gpu_suite.py --only "$sections" --out "$out" ${SUITE_ARGS:-} >"$out/suite.log" 2>&1
 echo "suite exit $?"

@@ -11,7 +11,8 @@
 # (gpu_suite.py appends, so the steps keep each other's). The figures' lines print as each step
 # ends: a call cut off still shows what finished. A lent machine goes back after ~30 s idle, so
 # one call of several steps, composed beforehand, wastes no start (each start took 1.5-5 min).
-# PYTHON picks the interpreter (default python3); gpu_env.sh sets up wheels and kernels first.
+# PYTHON picks the interpreter (default python3); gpu_env.sh sets up wheels and kernels first,
+# and the Triton kernels compiled meanwhile are packed into $OUT/triton_cache.tgz at the end.
 set -uo pipefail
 out="${OUT:?run through the device tool: \$OUT is its result folder}"
 deadline="${DEADLINE:-580}"
@@ -36,4 +37,5 @@ for step in "$@"; do
     echo "$name rc $? (124: cut off)"
     grep -E '^\[|^-- |done after|Error' "$out/$name.log" | tail -20
 done
+pack_triton_cache "$out"
 echo "steps done at $SECONDS s"
