@@ -411,6 +411,7 @@ def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     for setting, n in (("24/8", 6), ("8/8", 12)):
         w1l = get("W1L", setting, "output_tok_s")
         assert w1l["value"] > 0 and w1l["requests"] == n and w1l["kv_total_slots"] > 0
+        assert w1l["max_running_requests"] == 256 and w1l["retractions"] >= 0
 
 
 def test_step_probe_finds_its_hooks_or_falls_back() -> None:

@@ -6,7 +6,9 @@ Settings `ISL/OSL:N` (`Sizes.w1l`; `gpu_suite.py --w1l 1000/1000:1000` for a qui
 1000/1000 with N = 3000 and 128/128 with N = 30000 as published. Records are named by the
 setting ("1000/1000", "1000/1000 fp8" with `--quantization fp8`), each with the KV pool's
 capacity in tokens beside it (`kv_total_slots`: an FP8 KV cache, `--set kv_cache_dtype=fp8_e4m3`,
-should hold ~2x the tokens of bf16 in the same memory).
+should hold ~2x the tokens of bf16 in the same memory), the engine's `max_running_requests`, and
+the requests the setting retracted (sent back to the queue when the pool ran dry: their KV
+recomputed or re-read, so a wider batch that retracts can lose to a narrower one).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ def w1l(ctx: Ctx, spec: str) -> None:
         slots = loop.run_until_complete(engine.stats())["total_slots"]
         for isl, osl, n in ctx.sizes.w1l:
             loop.run_until_complete(engine.flush_cache())
+            before = loop.run_until_complete(engine.stats())["retractions"]
             tps = run_offline(engine, loop, w1l_requests(n, isl, osl, vocab), progress_s=PROGRESS_S)
+            retracted = loop.run_until_complete(engine.stats())["retractions"] - before
             rec(
                 "W1L",
                 name,
@@ -62,4 +66,6 @@ def w1l(ctx: Ctx, spec: str) -> None:
                 target=targets.get((isl, osl)),
                 requests=n,
                 kv_total_slots=slots,
+                max_running_requests=engine.config.max_running_requests,
+                retractions=retracted,
             )
