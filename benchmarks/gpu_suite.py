@@ -36,7 +36,6 @@ p50 of that first burst; suite/cold.py).
 from __future__ import annotations
 
 import argparse
-import ast
 import logging
 import os
 import shlex
@@ -56,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.suite import cold, decode, knobs, w1l, workloads  # noqa: E402
 from benchmarks.suite import correctness as corr  # noqa: E402
 from benchmarks.suite.context import Ctx, Sizes  # noqa: E402
-from benchmarks.suite.engines import free_memory, make_target  # noqa: E402
+from benchmarks.suite.engines import free_memory, make_target, parse_override  # noqa: E402
 from benchmarks.suite.report import Recorder  # noqa: E402
 
 SECTIONS = ("correctness", "w1", "w1s", "w1l", "w2", "w3", "w4", "w5", "host", "pages", "chunks", "cold")
@@ -173,17 +172,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         ap.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
     return args
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """ "field=value" with the value read as a Python literal where it is one (8192, False)."""
-    field, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"--set {text!r}: expected FIELD=VALUE")
-    try:
-        return field, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return field, value
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -1,6 +1,9 @@
 """Where a steady decode step's time goes, on the host and on the device (torch.profiler).
 
     python benchmarks/profile_decode.py [--model dummy:qwen2.5-0.5b] [--batch 32,256] [--ctx 1024]
+    # W1L 1000/1000's steady decode with FP8 weights and an FP8 KV cache (contexts ~1,000-2,000):
+    python benchmarks/profile_decode.py --model dummy:llama-3.1-8b --batch 256 --ctx 1500 \
+        --quantization fp8 --set kv_cache_dtype=fp8_e4m3
 
 For each batch size, B requests of `--ctx` random prompt tokens decode; once
 every request is decoding, `--steps` decode steps are recorded with
@@ -21,6 +24,7 @@ import pstats
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import provenance  # noqa: E402
-from benchmarks.suite.engines import make_target, run_offline, running_engine  # noqa: E402
+from benchmarks.suite.engines import make_target, parse_override, run_offline, running_engine  # noqa: E402
 
 
 class DecodeProfiler:
@@ -113,8 +117,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=22)
     ap.add_argument("--out", default="benchmarks/results/profile_decode.json")
+    ap.add_argument("--quantization", choices=["fp8"], default=None, help="EngineConfig.quantization")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an EngineConfig field, e.g. kv_cache_dtype=fp8_e4m3 (recorded in the JSON)",
+    )
     args = ap.parse_args()
-    t = make_target("auto")
+    overrides = tuple(parse_override(kv) for kv in args.set)
+    t = replace(make_target("auto"), quantization=args.quantization, overrides=overrides)
     spec = args.model or t.small
     vocab = t.vocab(spec)
     sizes = [int(b) for b in args.batch.split(",")]
@@ -164,7 +177,9 @@ def main() -> None:
                 print(s["python_profile"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": provenance(), "model": spec, "results": results}, indent=1))
+    head = {"provenance": provenance(), "model": spec, "quantization": args.quantization}
+    head["engine_overrides"] = dict(overrides)
+    out.write_text(json.dumps({**head, "results": results}, indent=1))
     print(f"-> {out}")
 
 

@@ -165,6 +165,26 @@ def test_bench_deterministic_end_to_end(tmp_path: Path) -> None:
     )
 
 
+def test_profile_decode_end_to_end_with_fp8_and_an_override(tmp_path: Path) -> None:
+    """The decode profiler on the CPU's tiny model with FP8 weights and an FP8 KV cache: it starts
+    that engine, records the settings in its JSON, and the profiled steps give an op table."""
+    out = tmp_path / "profile.json"
+    args = ["--batch", "4", "--ctx", "32", "--steps", "3", "--quantization", "fp8"]
+    args += ["--set", "kv_cache_dtype=fp8_e4m3", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "profile_decode.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["quantization"] == "fp8" and doc["engine_overrides"] == {"kv_cache_dtype": "fp8_e4m3"}
+    (res,) = doc["results"]
+    assert res["batch"] == 4 and res["steps"] == 4 and res["wall_ms_per_step"] > 0
+    assert any(op["name"] == "aten::mm" for op in res["cpu_ops"])
+
+
 def test_provenance_from_git() -> None:
     prov = common.provenance()
     assert prov["commit_source"] == "git"

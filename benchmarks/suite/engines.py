@@ -9,6 +9,7 @@ that the code works, never speed.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
 import statistics
@@ -64,6 +65,17 @@ class Target:
 
     def vocab(self, spec: str) -> int:
         return int(hf_config(spec).vocab_size)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """ "field=value" (`--set`) with the value read as a Python literal where it is one (8192, False)."""
+    field, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--set {text!r}: expected FIELD=VALUE")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return field, value
 
 
 def load_format(spec: str) -> str:
