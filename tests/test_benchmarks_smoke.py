@@ -18,6 +18,15 @@ W2_FULL, W2Shape, best_hit_rate = common.W2_FULL, common.W2Shape, common.best_hi
 format_table, w1_requests, w2_requests = common.format_table, common.w1_requests, common.w2_requests
 
 
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python benchmarks/<name> args...` as a user runs it; it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def test_w1_is_deterministic_and_within_bounds() -> None:
     a = w1_requests(16, 16, 128, 49152)
     assert a == w1_requests(16, 16, 128, 49152, seed=0)
@@ -66,13 +75,7 @@ def test_format_table() -> None:
 
 def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_cpu.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("bench_cpu.py", "--quick", "--out", str(out))
     doc = json.loads(out.read_text())
     for key in ("date", "commit", "versions", "machine", "results"):
         assert key in doc
@@ -96,13 +99,7 @@ def test_bench_cpu_quick_end_to_end(tmp_path: Path) -> None:
 
 def test_bench_replicas_quick_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "replicas.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_replicas.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("bench_replicas.py", "--quick", "--out", str(out))
     doc = json.loads(out.read_text())
     w8 = {r["setting"]: r["figures"] for r in doc["results"] if r["workload"] == "W8"}
     assert set(w8) == {"one engine", "cache-aware router", "round-robin"}
@@ -118,13 +115,7 @@ def test_bench_replicas_quick_end_to_end(tmp_path: Path) -> None:
 
 def test_tool_calls_quick_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "tool_calls.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "tool_calls.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("tool_calls.py", "--quick", "--out", str(out))
     decode, parser = (r["figures"] for r in json.loads(out.read_text())["results"])
     for side in ("tool", "json"):
         assert (
@@ -146,13 +137,7 @@ def _positive(fig: dict[str, Any]) -> None:
 def test_bench_deterministic_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "det.json"
     args = ["--requests", "2", "--prompt", "8", "--tokens", "2", "--rounds", "2", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_deterministic.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script("bench_deterministic.py", *args)
     doc = json.loads(out.read_text())
     assert len(doc["provenance"]["commit"]) == 40
     (res,) = doc["results"]
@@ -171,13 +156,7 @@ def test_profile_decode_end_to_end_with_fp8_and_an_override(tmp_path: Path) -> N
     out = tmp_path / "profile.json"
     args = ["--batch", "4", "--ctx", "32", "--steps", "3", "--quantization", "fp8"]
     args += ["--set", "kv_cache_dtype=fp8_e4m3", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "profile_decode.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script("profile_decode.py", *args)
     doc = json.loads(out.read_text())
     assert doc["quantization"] == "fp8" and doc["engine_overrides"] == {"kv_cache_dtype": "fp8_e4m3"}
     (res,) = doc["results"]
@@ -337,21 +316,7 @@ def test_gpu_suite_quantization_reaches_engines_records_and_bound(tmp_path: Path
 
 
 def test_gpu_suite_quick_on_the_cpu_end_to_end(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "gpu_suite.py"),
-            "--quick",
-            "--device",
-            "cpu",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("gpu_suite.py", "--quick", "--device", "cpu", "--out", str(tmp_path))
     assert "FAILED" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     # The log says how long each engine took to start, and its kernel builds' progress.
     assert re.search(r"^engine \S+: started in \d+\.\d s$", proc.stdout, re.M), proc.stdout[-3000:]
