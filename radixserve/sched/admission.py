@@ -114,7 +114,7 @@ class Admission:
             n = min(req.num_known - matched, budget)
             whole = n
             n = req.chunk_scoring_at_most(matched, n, lp_rows)
-            if n <= 0 or not self._admit(req, match, n, alone=not (running.reqs or new_reqs)):
+            if n <= 0 or not self._admit(req, match, n, new_reqs):
                 break
             new_reqs.append(req)
             picked.append((req, n))
@@ -125,11 +125,13 @@ class Admission:
             running.add(req)
         return picked
 
-    def _admit(self, req: Request, match: MatchResult | None, n: int, alone: bool) -> bool:
-        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens.
-
-        Alone (nothing else running) it needs no decode reserve: it may use the whole pool."""
-        reserve = 0 if alone else self.running.decode_reserve((req,))
+    def _admit(self, req: Request, match: MatchResult | None, n: int, admitted: list[Request]) -> bool:
+        """Lock the request's cached prefix (`match`) and allocate its first `n` tokens, keeping
+        the decode reserve of the running requests, of those `admitted` earlier in this step (not
+        running yet) and its own. Alone (nothing else running) it needs none: it may use the
+        whole pool."""
+        alone = not (self.running.reqs or admitted)
+        reserve = 0 if alone else self.running.decode_reserve((*admitted, req))
         if not self.kv.claim(req, match, n, reserve=reserve):
             return False
         req.status = Status.RUNNING

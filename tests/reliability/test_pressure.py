@@ -52,6 +52,26 @@ def test_a_request_that_fits_is_not_aborted_when_the_pool_runs_dry(tokenizer: An
     asyncio.run(main())
 
 
+def test_a_full_reserve_never_sends_a_request_back(tokenizer: Any, hf_model: Any) -> None:
+    """`decode_reserve_ratio=1.0` admits a request only when every running one's remaining tokens
+    fit: requests that all run to `max_tokens` then never go back to the queue, where 0 (admit
+    whatever fits now) sends some back in the same pool; the tokens are the same either way."""
+    prompts = [_prompt(tokenizer, 12 + i, " the cat sat on the mat") for i in range(6)]
+    p = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    refs = [hf_greedy(hf_model, ids, 24) for ids in prompts]
+
+    async def main(ratio: float) -> int:
+        # 6 x (~15 + 24) tokens need ~230 slots; 120 hold about three requests at full length.
+        async with AsyncEngine(engine_config(kv_cache_tokens=120, decode_reserve_ratio=ratio)) as eng:
+            outs = await asyncio.wait_for(asyncio.gather(*(eng.complete(ids, p) for ids in prompts)), T)
+            assert [list(o.token_ids) for o in outs] == refs
+            await eng.check_integrity()
+            return int((await eng.stats())["retractions"])
+
+    assert asyncio.run(main(0.0)) > 0
+    assert asyncio.run(main(1.0)) == 0
+
+
 def test_prefill_chunk_is_chosen_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert EngineConfig(device="cpu").prefill_chunk == CPU_CHUNK == 512
     assert EngineConfig(device="cpu").scheduler_config(vocab_size=1000).chunked_prefill_size == CPU_CHUNK

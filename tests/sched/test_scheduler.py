@@ -229,6 +229,29 @@ def test_retraction_under_a_small_pool_keeps_outputs(overlap: bool, mixed: bool)
     assert alloc.num_free == 80
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_admissions_of_one_step_keep_each_others_decode_reserve(overlap: bool) -> None:
+    """Three requests of 10 prompt tokens and 30 out (39 slots each at the end) queued at once
+    into 100 slots, reserve ratio 1: the first goes alone, the second keeps both remaining 29s
+    free (10 + 58 <= 90), the third would need 10 + 87 > 80 and waits. Counting only the
+    running requests' reserve (none yet) let the third in, and the pool ran dry later."""
+    sched, alloc = make(100, decode_reserve_ratio=1.0)
+    prompts = [[i + 1] * 10 for i in range(3)]
+    reqs = [req(str(i), p, 30, arrival=i) for i, p in enumerate(prompts)]
+    for r in reqs:
+        sched.add(r)
+    first = sched.schedule()
+    assert [r.rid for r in first.reqs] == ["0", "1"]
+    model, pending = fake(sched)
+    outs = {o.request_id: list(o.delta_token_ids) for o in sched.process(first, model.step(first, pending))}
+    for rid, toks in drive(sched, overlap, {}).items():
+        outs.setdefault(rid, []).extend(toks)
+    assert sched.running.retractions == 0
+    assert [outs[r.rid] for r in reqs] == [expected(p, 30) for p in prompts]
+    sched.cache.reset()
+    assert alloc.num_free == 100
+
+
 def test_abort_while_waiting_and_running_frees_everything() -> None:
     sched, alloc = make(100)
     a, b = req("a", [1, 2, 3], 50), req("b", [4, 5, 6], 50)
