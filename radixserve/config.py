@@ -147,6 +147,9 @@ class EngineConfig:
     cascade_attention: bool | None = None
     cascade_min_shared: int = 256
     cascade_min_saved: int = 4096
+    # Admission keeps this fraction of every running request's remaining tokens free in the KV
+    # pool (0 to 1). Low admits more and sends the shortest back to the queue when the pool runs
+    # dry; 1.0 never over-admits, the choice when requests rarely stop early (ignore_eos).
     decode_reserve_ratio: float = 0.25
     # Chat outputs (radixserve/chat_plan.py): the tool-call format, "auto" for the chat
     # template's (the default tool prompt's Hermes format when it has none) or a name of
@@ -226,8 +229,17 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.cascade_attention={self.cascade_attention!r}: use None (auto), True or False"
             )
-        if not 0.0 < self.mem_fraction <= 1.0:
+        if not _is_number(self.mem_fraction) or not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
+        # The scheduler multiplies every admission by it: a NaN or a string there would fail the
+        # worker at the first request instead of the caller here.
+        r = self.decode_reserve_ratio
+        if not _is_number(r) or not 0.0 <= r <= 1.0:
+            raise ValueError(f"EngineConfig.decode_reserve_ratio={r!r}: must be a number in [0, 1]")
+        for name in ("kv_cache_tokens", "kv_cache_bytes", "context_length"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"EngineConfig.{name}={v!r}: must be None or an integer >= 1")
         _check_grammar_fields(self)
         _check_replica_fields(self)
         _check_deterministic(self)
@@ -294,6 +306,11 @@ class EngineConfig:
             else self.cascade_min_shared,
             cascade_min_saved=self.cascade_min_saved,
         )
+
+
+def _is_number(v: object) -> bool:
+    """A real number (not a bool, which is an int to Python); NaN fails every range check after."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _check_deterministic(cfg: EngineConfig) -> None:

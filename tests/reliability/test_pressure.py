@@ -52,6 +52,26 @@ def test_a_request_that_fits_is_not_aborted_when_the_pool_runs_dry(tokenizer: An
     asyncio.run(main())
 
 
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("decode_reserve_ratio", float("nan")),  # failed the worker at the first admission
+        ("decode_reserve_ratio", "0.5"),  # likewise (a TypeError in the scheduler)
+        ("decode_reserve_ratio", -0.1),
+        ("decode_reserve_ratio", 1.5),
+        ("decode_reserve_ratio", True),
+        ("kv_cache_tokens", 0),
+        ("kv_cache_bytes", -1),  # was one slot
+        ("context_length", 0),  # was the model's whole context
+        ("context_length", 8.5),
+        ("mem_fraction", "a"),  # was a TypeError from the comparison
+    ],
+)
+def test_engine_config_refuses_numbers_the_engine_cannot_use(field: str, bad: object) -> None:
+    with pytest.raises(ValueError, match=f"EngineConfig.{field}="):
+        EngineConfig(**{field: bad})  # type: ignore[arg-type]
+
+
 def test_a_full_reserve_never_sends_a_request_back(tokenizer: Any, hf_model: Any) -> None:
     """`decode_reserve_ratio=1.0` admits a request only when every running one's remaining tokens
     fit: requests that all run to `max_tokens` then never go back to the queue, where 0 (admit
