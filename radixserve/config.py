@@ -6,18 +6,35 @@ global configuration object to reach into.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import torch
 
+from radixserve.config_checks import (
+    check_choice,
+    check_deterministic,
+    check_int,
+    check_number,
+    checked_replicas,
+)
 from radixserve.sched.config import SchedulerConfig
 
 ROUTER_POLICIES = ("cache_aware", "round_robin", "least_loaded")
 QUANTIZATIONS = (None, "fp8")
 KVCacheDtype = Literal["auto", "fp8_e4m3"]
 KV_CACHE_DTYPES: tuple[str, ...] = get_args(KVCacheDtype)
+ATTENTION_BACKENDS = ("auto", "flashinfer", "triton", "torch")
+CASCADE_SIZES = ("cascade_min_shared", "cascade_min_saved")
+KV_SIZES = ("kv_cache_tokens", "kv_cache_bytes", "context_length")  # None: sized by the engine
+GRAMMAR_SIZES = (
+    "grammar_cache_size",
+    "grammar_cache_bytes",
+    "grammar_compile_workers",
+    "grammar_max_abandoned",
+)
 
 
 @dataclass(frozen=True)
@@ -40,20 +57,11 @@ class RouterConfig:
     index_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.policy not in ROUTER_POLICIES:
-            raise ValueError(f"RouterConfig.policy={self.policy!r}: use one of {', '.join(ROUTER_POLICIES)}")
-        t = self.cache_threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
-            raise ValueError(f"RouterConfig.cache_threshold={t!r}: must be a share in [0, 1]")
-        a = self.balance_abs
-        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
-            raise ValueError(f"RouterConfig.balance_abs={a!r}: must be an integer >= 0")
-        r = self.balance_rel
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 1.0 <= r < float("inf"):
-            raise ValueError(f"RouterConfig.balance_rel={r!r}: must be a factor >= 1")
-        n = self.index_tokens
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"RouterConfig.index_tokens={n!r}: must be None or an integer >= 1")
+        check_choice("RouterConfig.policy", self.policy, ROUTER_POLICIES)
+        check_number("RouterConfig.cache_threshold", self.cache_threshold, 0.0, 1.0, "a share in [0, 1]")
+        check_int("RouterConfig.balance_abs", self.balance_abs, minimum=0)
+        check_number("RouterConfig.balance_rel", self.balance_rel, 1.0, math.inf, "a factor >= 1")
+        check_int("RouterConfig.index_tokens", self.index_tokens, optional=True)
 
 
 GPU_CHUNK = 8192  # default prefill chunk on a GPU (tokens)
@@ -180,69 +188,40 @@ class EngineConfig:
     deterministic: bool = False
 
     def __post_init__(self) -> None:
-        for name in (
-            "chunked_prefill_size",
-            "mixed_prefill_tokens",
-            "max_running_requests",
-            "page_size",
-            "cascade_min_shared",
-            "cascade_min_saved",
-            "stream_interval",
-            "prompt_logprob_rows",
-        ):
-            v = getattr(self, name)
-            if v is None and name in ("chunked_prefill_size", "mixed_prefill_tokens", "prompt_logprob_rows"):
-                continue
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"EngineConfig.{name}={v!r}: must be an integer >= 1")
-        ms = self.stream_interval_ms
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
-            raise ValueError(f"EngineConfig.stream_interval_ms={ms!r}: must be a number of milliseconds >= 0")
-        wd = self.watchdog_timeout_s
-        if wd is not None and (isinstance(wd, bool) or not isinstance(wd, (int, float)) or not 0 < wd < 1e9):
-            raise ValueError(f"EngineConfig.watchdog_timeout_s={wd!r}: must be None or seconds > 0")
-        if not isinstance(self.extend_graph_tokens, int) or self.extend_graph_tokens < 0:
-            raise ValueError(f"EngineConfig.extend_graph_tokens={self.extend_graph_tokens!r}: must be >= 0")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"EngineConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 or float16")
-        if self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"EngineConfig.quantization={self.quantization!r}: use None or 'fp8'")
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(
-                f"EngineConfig.kv_cache_dtype={self.kv_cache_dtype!r}: "
-                f"use {' or '.join(map(repr, KV_CACHE_DTYPES))}"
-            )
-        if self.attention_backend not in ("auto", "flashinfer", "triton", "torch"):
-            raise ValueError(
-                f"EngineConfig.attention_backend={self.attention_backend!r}: "
-                "use auto, flashinfer, triton or torch"
-            )
-        if self.decode_kernel not in ("auto", "triton", "flashinfer"):
-            raise ValueError(
-                f"EngineConfig.decode_kernel={self.decode_kernel!r}: use auto, triton or flashinfer"
-            )
-        if self.layer_kernels not in ("auto", "flashinfer", "torch"):
-            raise ValueError(
-                f"EngineConfig.layer_kernels={self.layer_kernels!r}: use auto, flashinfer or torch"
-            )
-        if self.cascade_attention not in (None, True, False):
-            raise ValueError(
-                f"EngineConfig.cascade_attention={self.cascade_attention!r}: use None (auto), True or False"
-            )
-        if not _is_number(self.mem_fraction) or not 0.0 < self.mem_fraction <= 1.0:
-            raise ValueError(f"EngineConfig.mem_fraction={self.mem_fraction!r}: must be in (0, 1]")
+        for name in ("max_running_requests", "page_size", "stream_interval", *CASCADE_SIZES, *GRAMMAR_SIZES):
+            check_int(f"EngineConfig.{name}", getattr(self, name))
+        for name in ("chunked_prefill_size", "mixed_prefill_tokens", "prompt_logprob_rows", *KV_SIZES):
+            check_int(f"EngineConfig.{name}", getattr(self, name), optional=True)
+        check_int("EngineConfig.extend_graph_tokens", self.extend_graph_tokens, minimum=0)
+        ms, wd = self.stream_interval_ms, self.watchdog_timeout_s
+        check_number("EngineConfig.stream_interval_ms", ms, 0, 1e12, "a number of milliseconds >= 0")
+        if wd is not None:
+            check_number("EngineConfig.watchdog_timeout_s", wd, 0, 1e9, "None or seconds > 0", low_open=True)
+        t = self.grammar_compile_timeout
+        check_number("EngineConfig.grammar_compile_timeout", t, 0, math.inf, "a number of seconds > 0", True)
+        check_number("EngineConfig.mem_fraction", self.mem_fraction, 0.0, 1.0, "in (0, 1]", low_open=True)
         # The scheduler multiplies every admission by it: a NaN or a string there would fail the
         # worker at the first request instead of the caller here.
         r = self.decode_reserve_ratio
-        if not _is_number(r) or not 0.0 <= r <= 1.0:
-            raise ValueError(f"EngineConfig.decode_reserve_ratio={r!r}: must be a number in [0, 1]")
-        for name in ("kv_cache_tokens", "kv_cache_bytes", "context_length"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"EngineConfig.{name}={v!r}: must be None or an integer >= 1")
-        _check_grammar_fields(self)
-        _check_replica_fields(self)
-        _check_deterministic(self)
+        check_number("EngineConfig.decode_reserve_ratio", r, 0.0, 1.0, "a number in [0, 1]")
+        check_choice("EngineConfig.dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        check_choice("EngineConfig.quantization", self.quantization, QUANTIZATIONS)
+        check_choice("EngineConfig.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        check_choice("EngineConfig.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check_choice("EngineConfig.decode_kernel", self.decode_kernel, ("auto", "triton", "flashinfer"))
+        check_choice("EngineConfig.layer_kernels", self.layer_kernels, ("auto", "flashinfer", "torch"))
+        check_choice("EngineConfig.cascade_attention", self.cascade_attention, (None, True, False))
+        devices = checked_replicas(self.data_parallel_size, self.data_parallel_devices)
+        object.__setattr__(self, "data_parallel_devices", devices)  # a list given: frozen as a tuple
+        if not isinstance(self.router, RouterConfig):
+            raise TypeError(f"EngineConfig.router must be a RouterConfig, got {type(self.router).__name__}")
+        check_deterministic(
+            self.deterministic,
+            self.quantization,
+            self.kv_cache_dtype,
+            self.attention_backend,
+            self.cascade_attention,
+        )
 
     @property
     def replicated(self) -> bool:
@@ -306,62 +285,3 @@ class EngineConfig:
             else self.cascade_min_shared,
             cascade_min_saved=self.cascade_min_saved,
         )
-
-
-def _is_number(v: object) -> bool:
-    """A real number (not a bool, which is an int to Python); NaN fails every range check after."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _check_deterministic(cfg: EngineConfig) -> None:
-    if not isinstance(cfg.deterministic, bool):
-        raise ValueError(f"EngineConfig.deterministic={cfg.deterministic!r}: use True or False")
-    if not cfg.deterministic:
-        return
-    if cfg.quantization is not None:
-        raise ValueError(
-            f"EngineConfig.deterministic=True with quantization={cfg.quantization!r}: the FP8 "
-            "product has no batch-invariant kernel; use quantization=None"
-        )
-    if cfg.kv_cache_dtype != "auto":
-        raise ValueError(
-            f"EngineConfig.deterministic=True with kv_cache_dtype={cfg.kv_cache_dtype!r}: the "
-            "batch-invariant attention reads the model's dtype; use kv_cache_dtype='auto'"
-        )
-    if cfg.attention_backend == "flashinfer":
-        raise ValueError(
-            "EngineConfig.deterministic=True with attention_backend='flashinfer': its prefill splits "
-            "a request's keys at the cached prefix (docs/deterministic.md); use 'auto', 'triton' or 'torch'"
-        )
-    if cfg.cascade_attention:
-        raise ValueError("EngineConfig.deterministic=True with cascade_attention=True: use None or False")
-
-
-def _check_grammar_fields(cfg: EngineConfig) -> None:
-    t = cfg.grammar_compile_timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
-        raise ValueError(f"EngineConfig.grammar_compile_timeout={t!r}: must be a number of seconds > 0")
-    sizes = ("grammar_cache_size", "grammar_cache_bytes", "grammar_compile_workers", "grammar_max_abandoned")
-    for name in sizes:
-        n = getattr(cfg, name)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"EngineConfig.{name}={n!r}: must be an integer >= 1")
-
-
-def _check_replica_fields(cfg: EngineConfig) -> None:
-    n, devices = cfg.data_parallel_size, cfg.data_parallel_devices
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"EngineConfig.data_parallel_size={n!r}: must be None or an integer >= 1")
-    if devices is not None:
-        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
-            raise ValueError(
-                f"EngineConfig.data_parallel_devices={devices!r}: must be None or device names, "
-                "e.g. ('cuda:0', 'cuda:1')"
-            )
-        if n is not None and n != len(devices):
-            raise ValueError(
-                f"EngineConfig.data_parallel_size={n} but data_parallel_devices names {len(devices)}"
-            )
-        object.__setattr__(cfg, "data_parallel_devices", tuple(devices))  # a list given: frozen as a tuple
-    if not isinstance(cfg.router, RouterConfig):
-        raise TypeError(f"EngineConfig.router must be a RouterConfig, got {type(cfg.router).__name__}")
