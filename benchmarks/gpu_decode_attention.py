@@ -190,16 +190,24 @@ def run_case(shape: Shape, batch: int, ctx: str, gen: torch.Generator) -> list[d
     rows = []
     for name, call in variants(lay1, lay16).items():
         row: dict[str, Any] = {"shape": shape.name, "batch": batch, "ctx": ctx, "kernel": name}
-        try:
-            lay = lay16 if name.endswith("p16") else lay1
-            row["rel_err"] = rel_err(call(0), refs[id(lay)])
-            row["ms"] = graph_ms(call)
-            row["kv_tb_s"] = kv_bytes / (row["ms"] * 1e-3) / 1e12
-        except Exception as e:  # report, don't stop: the table says what failed
-            row["error"] = f"{type(e).__name__}: {e}"[:200]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        lay = lay16 if name.endswith("p16") else lay1
+        rows.append(measure(row, call, refs[id(lay)], kv_bytes))
     return rows
+
+
+def measure(
+    row: dict[str, Any], call: Callable[[int], torch.Tensor], ref: torch.Tensor, kv_bytes: int
+) -> dict[str, Any]:
+    """`row` with the call's error against `ref`, its graph time and the KV read rate (or the
+    error it raised: reported, not raised, so the table says what failed); printed."""
+    try:
+        row["rel_err"] = rel_err(call(0), ref)
+        row["ms"] = graph_ms(call)
+        row["kv_tb_s"] = kv_bytes / (row["ms"] * 1e-3) / 1e12
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"[:200]
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def main() -> None:
@@ -228,6 +236,10 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         for r in [r for r in mine if r["kernel"].startswith("fi")] + tri[:2] + dyn:
             label = f"{case[0]} b{case[1]} {case[2]}"
             print(f"{label:<34} {r['kernel']:<18} {r['ms']:>8.4f} {r['kv_tb_s']:>6.2f} {r['rel_err']:>8.1e}")
+    print_failed(rows)
+
+
+def print_failed(rows: list[dict[str, Any]]) -> None:
     failed = [r for r in rows if "error" in r]
     print(f"\n{len(failed)} variant(s) failed")
     for r in failed[:10]:

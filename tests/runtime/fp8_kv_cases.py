@@ -118,3 +118,43 @@ def run_triton_fp8_cases() -> dict[str, dict[str, float]]:
         return backend
 
     return run_fp8_cases(make, "cpu")
+
+
+def run_triton_f16_tile_cases() -> dict[str, float]:
+    """The decode kernel with bfloat16 queries over an FP8 pool, its tiles upcast to float16
+    (`DecodeTiling.fp8_f16`), whole and in 3 splits, against the float32 reference
+    over the dequantized pool; "huge": one query element beyond float16's range, clamped to it
+    (its row's attention saturates instead of turning NaN)."""
+    from radixserve.runtime.attention import triton_kernels as tk
+    from radixserve.runtime.attention.base import LayerOptions
+
+    hq, hkv, d, n, lens = 8, 2, 64, 200, (40, 7, 77)
+    k, v = (torch.randn(n, hkv, d) * SPREAD for _ in range(2))
+    ks, vs = K_SCALES[0], V_SCALES[0]
+    k8, v8 = quantize(k, ks), quantize(v, vs)
+    kf, vf = dequantize(k8, ks, torch.float32), dequantize(v8, vs, torch.float32)
+    slots = torch.randperm(n)[: sum(lens)].to(torch.int32)
+    indptr = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.randn(len(lens), hq, d).to(torch.bfloat16)
+    results: dict[str, float] = {}
+    for name, query in (
+        ("whole", q),
+        ("huge", q.clone().index_put_((torch.tensor(1), torch.tensor(0)), q[1, 0] * 1e6)),
+    ):
+        expect = []
+        for b in range(len(lens)):
+            rows = slots[indptr[b] : indptr[b + 1]].long()
+            kb, vb = (t[rows].repeat_interleave(hq // hkv, dim=1) for t in (kf, vf))
+            qb = query[b].float().clamp(-65504.0, 65504.0)
+            expect.append(
+                torch.einsum("hn,nhd->hd", (torch.einsum("hd,nhd->hn", qb, kb) * d**-0.5).softmax(-1), vb)
+            )
+        for splits in (1, 3):
+            tiling = tk.DecodeTiling(splits, 16, fp8_f16=True)
+            out = tk.decode_attention(
+                query, (k8, v8), (indptr, slots), d**-0.5, tiling, opts=LayerOptions(kv_scales=(ks, vs))
+            )
+            results[f"{name} {splits}"] = (
+                rel_err(out, torch.stack(expect)) if out.isfinite().all() else float("inf")
+            )
+    return results

@@ -20,7 +20,7 @@ import sys
 import torch
 from attention_cases import run_triton_cascade_cases, run_triton_cascade_graph_cases, run_triton_cpu_cases
 from deterministic_cases import run_triton_invariance_cases, run_triton_matmul_cases
-from fp8_kv_cases import run_triton_fp8_cases
+from fp8_kv_cases import run_triton_f16_tile_cases, run_triton_fp8_cases
 from fp8_quant_cases import run_build_cases, run_fp8_quant_cases, run_norm_quant_cases, run_silu_quant_cases
 from moe_cases import run_moe_cases, run_route_cases
 from rope_store_cases import run_rope_store_cases
@@ -40,6 +40,7 @@ if __name__ == "__main__":
         "cascade_graph": graphs,
         "windows": run_window_cases(),
         "fp8_kv": run_triton_fp8_cases(),
+        "fp8_f16_tiles": run_triton_f16_tile_cases(),
         "fp8_quant": run_fp8_quant_cases(seed),
         "fp8_silu_quant": run_silu_quant_cases(seed),
         "fp8_norm_quant": run_norm_quant_cases(seed),

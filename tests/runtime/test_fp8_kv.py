@@ -93,3 +93,12 @@ def test_triton_fp8_interpreted_matches_fake_quantized_reference(triton_cpu_resu
     got = triton_cpu_results["fp8_kv"][name]
     assert got["out"] < _tol(name), (name, got, triton_cpu_results["seed"])
     assert got["pool"] == 0.0, (name, got, triton_cpu_results["seed"])
+
+
+def test_triton_fp8_decode_upcasts_bf16_queries_to_float16(triton_cpu_results: dict) -> None:
+    """bfloat16 queries over an FP8 pool: float16 tiles (one conversion per pair of elements
+    on the GPU), within bfloat16's error of the reference, a query beyond float16's range
+    included (clamped, not inf or NaN)."""
+    got = triton_cpu_results["fp8_f16_tiles"]
+    assert set(got) == {"whole 1", "whole 3", "huge 1", "huge 3"}
+    assert all(err < 1.5e-2 for err in got.values()), (got, triton_cpu_results["seed"])

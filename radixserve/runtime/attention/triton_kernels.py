@@ -70,6 +70,7 @@ def _decode_split_kernel(
     HAS_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     KV_FP8: tl.constexpr,
+    F16_TILES: tl.constexpr,
 ):
     """One program: request b, KV head hk, split s of the context.
 
@@ -82,7 +83,8 @@ def _decode_split_kernel(
     this kernel's split 0 clears those slots to -inf first). With HAS_SKIP, request b's
     first `Skip[b]` context slots are left out (a cascade step's shared prefix). With
     HAS_WINDOW the query (the context's last position) sees its last `window` keys: the splits
-    cut those alone, so older slots are never read. HAS_SOFTCAP, KV_FP8: see `attend_tile`.
+    cut those alone, so older slots are never read. HAS_SOFTCAP, KV_FP8: see `attend_tile`;
+    F16_TILES (with KV_FP8): q goes to float16, so the tiles upcast to float16.
     """
     sm_scale_log2 = fp8_logit_scale(sm_scale_log2, k_scale, KV_FP8)
     b = tl.program_id(0)
@@ -111,6 +113,8 @@ def _decode_split_kernel(
         mask=h_mask[:, None] & d_mask[None, :],
         other=0.0,
     )
+    if F16_TILES:  # float16's range: a larger |q| saturates rather than turning inf
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -273,6 +277,8 @@ def _launch_decode(
         HAS_SKIP=skip is not None,
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=tiling.num_warps,
+        F16_TILES=tiling.fp8_f16 and opts.kv_scales is not None and q.dtype == torch.bfloat16,
+        **({"num_stages": tiling.num_stages} if tiling.num_stages else {}),
         **layer_args(opts),
         **kv_args(opts),
     )
