@@ -95,7 +95,10 @@ class Admission:
         new_reqs: list[Request] = []
         if budget <= 0 or len(running) >= cfg.max_running_requests or not self.waiting:
             return picked  # no admission: spare the queue's tree matches
-        if running.reqs and 1 + running.decode_reserve() > self.kv.available():
+        # Slots kept free for decoding: the running requests', then also each admitted one's
+        # (it runs from this step on). The first request admitted alone needs none.
+        reserve = running.decode_reserve() if running.reqs else 0
+        if running.reqs and 1 + reserve > self.kv.available():
             # Not even one token of any request fits beside the decode reserve (locking a
             # match only lowers what is available): the pool is full, skip the matches.
             return picked
@@ -114,8 +117,11 @@ class Admission:
             n = min(req.num_known - matched, budget)
             whole = n
             n = req.chunk_scoring_at_most(matched, n, lp_rows)
-            if n <= 0 or not self._admit(req, match, n, new_reqs):
+            own = running.reserve_of(req)
+            alone = not (running.reqs or new_reqs)
+            if n <= 0 or not self._admit(req, match, n, 0 if alone else reserve + own):
                 break
+            reserve += own
             new_reqs.append(req)
             picked.append((req, n))
             lp_rows -= len(req.scored_positions(matched, n))
@@ -125,13 +131,9 @@ class Admission:
             running.add(req)
         return picked
 
-    def _admit(self, req: Request, match: MatchResult | None, n: int, admitted: list[Request]) -> bool:
+    def _admit(self, req: Request, match: MatchResult | None, n: int, reserve: int) -> bool:
         """Lock the request's cached prefix (`match`) and allocate its first `n` tokens, keeping
-        the decode reserve of the running requests, of those `admitted` earlier in this step (not
-        running yet) and its own. Alone (nothing else running) it needs none: it may use the
-        whole pool."""
-        alone = not (self.running.reqs or admitted)
-        reserve = 0 if alone else self.running.decode_reserve((*admitted, req))
+        `reserve` slots free beside them."""
         if not self.kv.claim(req, match, n, reserve=reserve):
             return False
         req.status = Status.RUNNING

@@ -11,7 +11,6 @@ making room for them retracts.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from radixserve.outputs import RequestOutput
@@ -96,12 +95,16 @@ class RunningSet:
 
     # ---- the next decode step ----------------------------------------------------------------
 
-    def decode_reserve(self, extra: Sequence[Request] = ()) -> int:
-        """KV slots kept free for the running requests' (and `extra`'s) decoding."""
-        ratio = self.cfg.decode_reserve_ratio
+    def decode_reserve(self) -> int:
+        """KV slots kept free for the running requests' decoding."""
         if self.steady.active:  # every running request is in the set (or has no tokens left)
-            return self.steady.reserve(ratio) + sum(math.ceil(r.remaining_tokens * ratio) for r in extra)
-        return sum(math.ceil(r.remaining_tokens * ratio) for r in [*self.reqs, *extra])
+            return self.steady.reserve(self.cfg.decode_reserve_ratio)
+        return sum(self.reserve_of(r) for r in self.reqs)
+
+    def reserve_of(self, req: Request) -> int:
+        """One request's share of the decode reserve (`decode_reserve_ratio` of its remaining
+        tokens, rounded up)."""
+        return math.ceil(req.remaining_tokens * self.cfg.decode_reserve_ratio)
 
     def decode_rows(self, inflight: bool) -> DecodeRows | None:
         """Who decodes in the next step; None: wait for the step in flight instead."""
