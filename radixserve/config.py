@@ -197,8 +197,8 @@ class EngineConfig:
         check_number("EngineConfig.stream_interval_ms", ms, 0, 1e12, "a number of milliseconds >= 0")
         if wd is not None:
             check_number("EngineConfig.watchdog_timeout_s", wd, 0, 1e9, "None or seconds > 0", low_open=True)
-        t = self.grammar_compile_timeout
-        check_number("EngineConfig.grammar_compile_timeout", t, 0, math.inf, "a number of seconds > 0", True)
+        timeout, seconds = self.grammar_compile_timeout, "a number of seconds > 0"
+        check_number("EngineConfig.grammar_compile_timeout", timeout, 0, math.inf, seconds, low_open=True)
         check_number("EngineConfig.mem_fraction", self.mem_fraction, 0.0, 1.0, "in (0, 1]", low_open=True)
         # The scheduler multiplies every admission by it: a NaN or a string there would fail the
         # worker at the first request instead of the caller here.
