@@ -104,8 +104,7 @@ def _build(cfg: EngineConfig) -> EngineParts:
     runner.warm_up(builds)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # weights and pool filled before the runner's stream reads them
-    # Deterministic steps run eagerly: their attention plans on the host every step.
-    if cfg.cuda_graph and device.type == "cuda" and not cfg.deterministic:
+    if cfg.cuda_graph and device.type == "cuda":
         max_kv = min(cfg.max_running_requests * (context_length + 1), 1 << 26)
         runner.enable_cuda_graphs(
             cfg.max_running_requests,

@@ -3,9 +3,11 @@ process and the Triton one in the interpreter subprocess (interpreted_cases.py).
 
 One request's 45 tokens are attended three ways: as one prefill, as three chunks each
 beside another request's chunk, and one token at a time as a decode row among other
-decode rows of other lengths. The K/V every way sees are the same pool entries, so a
-batch-invariant backend gives each token the same output to the bit; the torch
-reference (SDPA) bounds how far that output is from plain attention."""
+decode rows of other lengths; a backend with decode graphs also a fourth, those decode
+rows through a graph state padded by one row (planned as a replay plans it, not
+captured). The K/V every way sees are the same pool entries, so a batch-invariant
+backend gives each token the same output to the bit; the torch reference (SDPA) bounds
+how far that output is from plain attention."""
 
 from __future__ import annotations
 
@@ -29,6 +31,28 @@ def _run(backend: AttentionBackend, batch: ForwardBatch, q: torch.Tensor, pool: 
     k, v = pool.k[0][batch.out_slots].clone(), pool.v[0][batch.out_slots].clone()
     backend.plan(batch)
     return backend.forward(q, k, v, 0, batch)
+
+
+def _decode_rows(mine: torch.Tensor, other: torch.Tensor, p: int) -> list[torch.Tensor]:
+    """Step p's decode rows: the request's first p + 1 slots, then two others whose lengths
+    change every step."""
+    return [mine[: p + 1], other[: 1 + (p * 7) % OTHER], other]
+
+
+def _graph_decoded(
+    backend: AttentionBackend, pool: KVPool, rows: list[torch.Tensor], q: torch.Tensor
+) -> torch.Tensor:
+    """The 3 decode rows through a graph state of 4, padded as runtime/cuda_graph.py pads (a
+    row of one scratch slot), planned by `plan_cuda_graph` instead of `plan`."""
+    planner = backend.decode_graphs()
+    assert planner is not None
+    device = q.device
+    state = planner.make_cuda_graph_decode_state(4, N + 2 * OTHER + 1)
+    rows = [*rows, torch.tensor([pool.k[0].shape[0] - 1], device=device)]
+    fb = ForwardBatch.build([0] * len(rows), [1] * len(rows), [len(r) - 1 for r in rows], rows, device)
+    k, v = pool.k[0][fb.out_slots].clone(), pool.v[0][fb.out_slots].clone()
+    planner.plan_cuda_graph(state, fb)
+    return backend.forward(torch.cat((q, q[:1])), k, v, 0, fb)[: len(rows) - 1]
 
 
 def invariance_case(
@@ -58,21 +82,25 @@ def invariance_case(
         fb = ForwardBatch.build([0] * (b - a + 9), [b - a, 9], [a, o - 9], [mine[:b], other[:o]], device)
         chunked[a:b] = _run(backend, fb, torch.cat((q_mine[a:b], q_other[o - 9 : o])), pool)[: b - a]
 
-    decoded = torch.empty_like(whole)
+    graphs = backend.decode_graphs() is not None
+    decoded, graph_decoded = torch.empty_like(whole), torch.empty_like(whole)
     for p in range(N):
-        lens = [p + 1, 1 + (p * 7) % OTHER, OTHER]  # the other rows' lengths change every step
-        fb = ForwardBatch.build(
-            [0] * 3, [1, 1, 1], [n - 1 for n in lens], [mine[: p + 1], other[: lens[1]], other], device
-        )
-        q = torch.stack((q_mine[p], q_other[lens[1] - 1], q_other[-1]))
+        rows = _decode_rows(mine, other, p)
+        fb = ForwardBatch.build([0] * 3, [1, 1, 1], [len(r) - 1 for r in rows], rows, device)
+        q = torch.stack((q_mine[p], q_other[len(rows[1]) - 1], q_other[-1]))
         decoded[p] = _run(backend, fb, q, pool)[0]
+        if graphs:
+            graph_decoded[p] = _graph_decoded(backend, pool, rows, q)[0]
 
     err = float((whole.double() - ref.double()).norm() / ref.double().norm())
-    return {
+    res = {
         "chunked_vs_whole": float((chunked - whole).abs().max()),
         "decoded_vs_whole": float((decoded - whole).abs().max()),
         "rel_err_vs_reference": err,
     }
+    if graphs:
+        res["graph_decoded_vs_whole"] = float((graph_decoded - whole).abs().max())
+    return res
 
 
 def option_cases() -> dict[str, AttentionOptions]:

@@ -48,6 +48,7 @@ def test_invariant_triton_attention_on_cuda() -> None:
             lambda pool, o: InvariantTritonAttention(pool, HQ, HKV, D, D**-0.5, o), opts, device="cuda"
         )
         assert res["chunked_vs_whole"] == 0.0 and res["decoded_vs_whole"] == 0.0, res
+        assert res["graph_decoded_vs_whole"] == 0.0, res
 
 
 def _prompts(n: int, seed: int) -> list[list[int]]:

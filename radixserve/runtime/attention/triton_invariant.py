@@ -11,10 +11,17 @@ no per-batch tiling; decode and extend alike), so the order is fixed.
 
 It costs: no key tile is shared between a request's tokens (a prefill chunk
 reads its context once per token) and decode has no split-K for long contexts.
-Decode steps run eagerly (no CUDA graphs; `decode_graphs()` is None).
+
+Decode steps replay CUDA graphs (`decode_graphs()`): a decode row's new token is the last
+of its context, so its position and context start follow from `kv_indptr` on the device
+(`InvariantDecodeGraphState.derive_rows`, inside the graph) and the graph needs no host
+plan. The graph launches the same compiled kernel as an eager step, so a token decoded in
+a replay and one decoded in an eager mixed step sum in the same order.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -22,7 +29,16 @@ import triton.language as tl
 
 from radixserve.cache.kv_pool import KVPool
 from radixserve.host_copy import to_device
-from radixserve.runtime.attention.base import AttentionBackend, AttentionOptions, KernelBuild, LayerOptions
+from radixserve.runtime.attention.base import (
+    AttentionBackend,
+    AttentionOptions,
+    CascadeGraphState,
+    DecodeGraphPlanner,
+    DecodeGraphState,
+    KernelBuild,
+    LayerOptions,
+)
+from radixserve.runtime.attention.graph_checks import check_graph_batch
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
@@ -163,6 +179,23 @@ def token_attention(
     return out
 
 
+@dataclass
+class InvariantDecodeGraphState:
+    """Static buffers of one captured decode batch size; the graph's kernels read them."""
+
+    batch_size: int
+    max_kv_tokens: int
+    kv_indptr: torch.Tensor  # [bs + 1] int32, device
+    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (shared between states)
+    rows: torch.Tensor  # [2, bs] int32, device: each row's position and context start
+
+    def derive_rows(self) -> None:
+        """Row i's position is its context length - 1, its start `kv_indptr[i]`: on the device."""
+        torch.diff(self.kv_indptr, out=self.rows[0])
+        self.rows[0].sub_(1)
+        self.rows[1].copy_(self.kv_indptr[:-1])
+
+
 class InvariantTritonAttention(AttentionBackend):
     name = "triton-invariant"
     triton_kernels = True
@@ -189,6 +222,49 @@ class InvariantTritonAttention(AttentionBackend):
         # The interpreter's cost is per program step: small tiles there. One size per engine.
         self._block_n = (32 if pool.config.dtype == torch.float32 else 64) if on_gpu else 16
         self._device = torch.device(pool.config.device)
+        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._graph: InvariantDecodeGraphState | None = None  # the state a replayed step runs
+        self._graph_indices: torch.Tensor | None = None
+
+    @property
+    def device_planned(self) -> bool:
+        return True
+
+    @property
+    def cascade_graphs(self) -> bool:
+        return False  # deterministic mode forms no shared-prefix groups
+
+    def decode_graphs(self) -> DecodeGraphPlanner:
+        return self
+
+    def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> InvariantDecodeGraphState:
+        """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
+        if batch_size <= 0 or max_kv_tokens < batch_size:
+            raise ValueError(
+                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
+            )
+        if self._graph_indices is None:
+            self._graph_indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=self._device)
+        indices = self._graph_indices[:max_kv_tokens]
+        return InvariantDecodeGraphState(
+            batch_size,
+            indices.numel(),
+            torch.zeros(batch_size + 1, dtype=torch.int32, device=self._device),
+            indices,
+            torch.zeros(2, batch_size, dtype=torch.int32, device=self._device),
+        )
+
+    def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None:
+        """Copy a padded decode batch's page table into the state (in device-input mode the
+        graph's `step_fill` writes it instead); the rows follow inside the graph."""
+        check_graph_batch(state, batch)
+        assert isinstance(state, InvariantDecodeGraphState)
+        state.kv_indptr.copy_(batch.kv_indptr, non_blocking=True)
+        state.kv_indices[: batch.kv_indices.numel()].copy_(batch.kv_indices, non_blocking=True)
+        self._graph = state
+
+    def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState:
+        raise TypeError("the batch-invariant backend has no cascade graphs (cascade_graphs is False)")
 
     def kernel_builds(self, cascade: bool) -> list[KernelBuild]:
         """The one kernel, per layer variant, from a prefill and from a decode step (no cascade)."""
@@ -199,15 +275,23 @@ class InvariantTritonAttention(AttentionBackend):
         pos, start = token_positions(batch)
         # One pinned copy per array, queued on the stream (host_copy): no sync.
         self._rows = (to_device(pos, torch.int32, self._device), to_device(start, torch.int32, self._device))
+        self._graph = None
 
     def attend(self, q: torch.Tensor, layer: int, batch: ForwardBatch) -> torch.Tensor:
+        if self._graph is not None:  # a graph's step: its kv_indices, rows from its kv_indptr
+            if layer == 0:  # once per step, before the first layer reads them
+                self._graph.derive_rows()
+            kv_indices, rows = self._graph.kv_indices, (self._graph.rows[0], self._graph.rows[1])
+        else:
+            assert self._rows is not None, "attend before plan()"
+            kv_indices, rows = batch.kv_indices, self._rows
         k_buf, v_buf = self.pool.k[layer], self.pool.v[layer]
         qc = q if q.dtype == k_buf.dtype else q.to(k_buf.dtype)
         out = token_attention(
             qc,
             (k_buf, v_buf),
-            batch.kv_indices,
-            self._rows,
+            kv_indices,
+            rows,
             self.scale,
             self._block_n,
             self.layer_options[layer],
