@@ -286,3 +286,19 @@ def test_flashinfer_cuda_graph_decode_replays_new_batches(decode_kernel: str) ->
             expect = ref.forward(static_q.float(), static_kv[0].float(), static_kv[1].float(), layer, batch)
             err = float((static_out[layer].double() - expect.double()).norm() / expect.double().norm())
             assert err < BF16_TOL, (prefixes, layer, err)
+
+
+def test_decode_graph_states_share_one_page_table_sized_by_the_first() -> None:
+    from radixserve.runtime.attention.graph_checks import SharedPageTable
+
+    table = SharedPageTable(torch.device("cpu"))
+    big = table.take(8, 100)
+    small = table.take(4, 40)
+    assert big.numel() == 100 and small.numel() == 40
+    assert small.data_ptr() == big.data_ptr()  # a prefix of the first
+    larger = table.take(8, 200)  # made after the first, larger: a buffer of its own
+    assert larger.numel() == 200 and larger.data_ptr() != big.data_ptr()
+    with pytest.raises(ValueError, match="max_kv_tokens >= batch_size"):
+        table.take(8, 7)
+    with pytest.raises(ValueError, match="batch_size >= 1"):
+        table.take(0, 7)

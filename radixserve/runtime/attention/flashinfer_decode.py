@@ -41,7 +41,7 @@ from radixserve.runtime.attention.flashinfer_plans import (
     FlashInferPlanner,
     PlanSlot,
 )
-from radixserve.runtime.attention.graph_checks import check_graph_batch
+from radixserve.runtime.attention.graph_checks import SharedPageTable, check_graph_batch
 from radixserve.runtime.attention.warm_batches import run_step, shape_label
 from radixserve.runtime.cascade import cascade_indices
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -63,7 +63,7 @@ class FlashInferDecode(AttentionBackend):
         self._active: PlanSlot | None = None
         self._level0: PlanSlot | None = None  # set for a cascade step
         self._grouped_rows: torch.Tensor | None = None  # level 0's rows; None: all, in order
-        self._graph_indices: torch.Tensor | None = None
+        self._page_table = SharedPageTable(p.device)
 
     @property
     def supports_cascade(self) -> bool:
@@ -154,17 +154,8 @@ class FlashInferDecode(AttentionBackend):
         to at most `max_kv_tokens` slots. Create one per captured batch size, largest first: the
         page-table buffer is shared by all states (only one graph replays at a time, and each
         replay's plan refills it first), so the first call sizes it."""
-        if batch_size <= 0 or max_kv_tokens < batch_size:
-            raise ValueError(
-                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
-            )
         device = self.planner.device
-        if self._graph_indices is None or self._graph_indices.numel() < max_kv_tokens:
-            indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=device)
-            if self._graph_indices is None:
-                self._graph_indices = indices
-        else:
-            indices = self._graph_indices
+        indices = self._page_table.take(batch_size, max_kv_tokens)
         indptr = torch.zeros(batch_size + 1, dtype=torch.int32, device=device)
         last = torch.ones(batch_size, dtype=torch.int32, device=device)
         wrapper = self.planner.fi.BatchDecodeWithPagedKVCacheWrapper(

@@ -1,6 +1,9 @@
-"""The check every decode graph state's plan makes of the batch it is planned for."""
+"""What every backend's decode graph states share: the check each plan makes of its batch,
+and the page-table buffer (`SharedPageTable`)."""
 
 from __future__ import annotations
+
+import torch
 
 from radixserve.runtime.attention.base import DecodeGraphState
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -17,3 +20,26 @@ def check_graph_batch(state: DecodeGraphState, batch: ForwardBatch) -> None:
         raise ValueError(
             f"batch has {batch.kv_indices.numel()} context slots, state holds {state.max_kv_tokens}"
         )
+
+
+class SharedPageTable:
+    """The `kv_indices` buffer of a backend's decode graph states: one for all, since only one
+    graph replays at a time and each replay's plan (or `step_fill`) refills it first. States
+    are made largest first, so the first sizes it; a larger one after it gets its own."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._buf: torch.Tensor | None = None
+
+    def take(self, batch_size: int, max_kv_tokens: int) -> torch.Tensor:
+        """int32 `[max_kv_tokens]` for a state of `batch_size` rows."""
+        if batch_size <= 0 or max_kv_tokens < batch_size:
+            raise ValueError(
+                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
+            )
+        if self._buf is not None and self._buf.numel() >= max_kv_tokens:
+            return self._buf[:max_kv_tokens]
+        buf = torch.zeros(max_kv_tokens, dtype=torch.int32, device=self.device)
+        if self._buf is None:
+            self._buf = buf
+        return buf

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from radixserve.runtime.attention.base import PLAIN_LAYER, LayerOptions
+from radixserve.runtime.attention.graph_checks import SharedPageTable
 from radixserve.runtime.attention.tiling import DecodeTiling
 from radixserve.runtime.forward_batch import ForwardBatch
 
@@ -88,7 +89,7 @@ class TritonDecode:
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tiling: DecodeTiling | None = None
-        self._graph_indices: torch.Tensor | None = None
+        self._page_table = SharedPageTable(device)
 
     def plan(self, batch: ForwardBatch) -> None:
         self._table = (batch.kv_indptr, batch.kv_indices)
@@ -102,9 +103,7 @@ class TritonDecode:
 
     def make_graph_state(self, batch_size: int, max_kv_tokens: int) -> TritonDecodeGraphState:
         """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
-        if self._graph_indices is None:
-            self._graph_indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=self.device)
-        indices = self._graph_indices[:max_kv_tokens]
+        indices = self._page_table.take(batch_size, max_kv_tokens)
         return TritonDecodeGraphState(
             batch_size,
             indices.numel(),

@@ -129,10 +129,6 @@ class TritonDecodeAttention(AttentionBackend):
 
     def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> TritonDecodeGraphState:
         """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
-        if batch_size <= 0 or max_kv_tokens < batch_size:
-            raise ValueError(
-                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
-            )
         return self._decode.make_graph_state(batch_size, max_kv_tokens)
 
     def plan_cuda_graph(self, state: DecodeGraphState, batch: ForwardBatch) -> None:

@@ -38,7 +38,7 @@ from radixserve.runtime.attention.base import (
     KernelBuild,
     LayerOptions,
 )
-from radixserve.runtime.attention.graph_checks import check_graph_batch
+from radixserve.runtime.attention.graph_checks import SharedPageTable, check_graph_batch
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
@@ -224,7 +224,7 @@ class InvariantTritonAttention(AttentionBackend):
         self._device = torch.device(pool.config.device)
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self._graph: InvariantDecodeGraphState | None = None  # the state a replayed step runs
-        self._graph_indices: torch.Tensor | None = None
+        self._page_table = SharedPageTable(self._device)
 
     @property
     def device_planned(self) -> bool:
@@ -239,13 +239,7 @@ class InvariantTritonAttention(AttentionBackend):
 
     def make_cuda_graph_decode_state(self, batch_size: int, max_kv_tokens: int) -> InvariantDecodeGraphState:
         """Largest batch size first: the first call sizes the shared `kv_indices` buffer."""
-        if batch_size <= 0 or max_kv_tokens < batch_size:
-            raise ValueError(
-                f"need batch_size >= 1 and max_kv_tokens >= batch_size, got {batch_size}, {max_kv_tokens}"
-            )
-        if self._graph_indices is None:
-            self._graph_indices = torch.zeros(max_kv_tokens, dtype=torch.int32, device=self._device)
-        indices = self._graph_indices[:max_kv_tokens]
+        indices = self._page_table.take(batch_size, max_kv_tokens)
         return InvariantDecodeGraphState(
             batch_size,
             indices.numel(),
