@@ -184,7 +184,7 @@ class EngineConfig:
     # Batch-invariant computation (docs/deterministic.md): a request's tokens (greedy, or
     # sampled with a seed) do not depend on what else runs in its steps, nor on how its
     # prompt was chunked or cached. Linear layers and attention run kernels of one fixed
-    # shape per row (slower); no cascade attention, no CUDA graphs, no FP8, no FlashInfer.
+    # shape per row (slower); no cascade attention, no prefill graphs, no FP8, no FlashInfer.
     deterministic: bool = False
 
     def __post_init__(self) -> None:
