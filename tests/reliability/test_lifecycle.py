@@ -309,3 +309,31 @@ def test_a_failed_start_frees_what_it_built(monkeypatch: pytest.MonkeyPatch) -> 
             await eng.shutdown()
 
     assert len(asyncio.run(retry())) == 4
+
+
+def test_the_build_runs_in_a_thread_that_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not in asyncio's pool, whose threads stay: on the CPU every live thread that ran torch
+    ops keeps an OpenMP team, and teams beyond the cores slowed each step of the worker
+    (local_engine.py, `_in_own_thread`). After the start, the worker is the only new thread."""
+    from radixserve import local_engine
+
+    builders: list[threading.Thread] = []
+    real_build = local_engine.build_parts
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        builders.append(threading.current_thread())
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(local_engine, "build_parts", build)
+
+    async def main() -> None:
+        before = {t.ident for t in threading.enumerate()}
+        async with AsyncEngine(engine_config()) as eng:
+            await asyncio.wait_for(eng.start(), T)
+            added = [t.name for t in threading.enumerate() if t.ident not in before]
+            assert added == ["radixserve-worker"], added
+            assert len(builders) == 1 and not builders[0].is_alive()
+            out = await asyncio.wait_for(eng.complete([1, 2, 3], SamplingParams(max_tokens=2)), T)
+            assert len(out.token_ids) == 2
+
+    asyncio.run(main())
