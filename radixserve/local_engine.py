@@ -24,9 +24,8 @@ import asyncio
 import contextlib
 import gc
 import itertools
-import threading
 import traceback
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import torch
@@ -41,6 +40,7 @@ from radixserve.errors import WRONG_LOOP
 from radixserve.grammar_compiler import GrammarCompiler, xgrammar_backend
 from radixserve.model.loader import LoadedModel
 from radixserve.outputs import RequestOutput
+from radixserve.own_thread import in_own_thread
 from radixserve.prompts import Prompt, is_chat
 from radixserve.sampling_params import SamplingParams
 from radixserve.sched.messages import CheckIntegrity, FlushCache, ReadStats
@@ -87,7 +87,7 @@ class LocalEngine:
     async def _start(self) -> None:
         self._link.reset()
         try:
-            await _in_own_thread(self._build)
+            await in_own_thread(self._build)
         except BaseException as e:
             self._link.loop = None
             self._release_failed_build(e)
@@ -277,35 +277,3 @@ class LocalEngine:
         self.grammars.attach(reqs, compiled)
         return reqs, rewrite
 
-
-async def _in_own_thread(fn: Callable[[], None]) -> None:
-    """`fn()` in a thread that ends with it, rather than `asyncio.to_thread`'s pool, whose
-    threads stay. On the CPU, torch's OpenMP keeps a thread team for every live thread that ran
-    a parallel op, and with more team threads than cores it wakes them through the kernel for
-    each op: an idle pool thread that had built the engine slowed every step of the worker.
-    `benchmarks/bench_deterministic.py` (2 cores, one run each way): default batch 83.0 against
-    78.4 tok/s, alone 13.9 against 12.2; deterministic batch 57.0 against 34.5."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle(error: BaseException | None) -> None:
-        if done.done():  # the start was cancelled meanwhile
-            return
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
-
-    def run() -> None:
-        error: BaseException | None = None
-        try:
-            fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting caller
-            error = e
-        with contextlib.suppress(RuntimeError):  # the loop closed while it ran
-            loop.call_soon_threadsafe(settle, error)
-
-    thread = threading.Thread(target=run, name="radixserve-build", daemon=True)
-    thread.start()
-    await done
-    thread.join()  # it has settled `done`: only its exit (and its OpenMP team's) remains

@@ -314,7 +314,7 @@ def test_a_failed_start_frees_what_it_built(monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_build_runs_in_a_thread_that_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not in asyncio's pool, whose threads stay: on the CPU every live thread that ran torch
     ops keeps an OpenMP team, and teams beyond the cores slowed each step of the worker
-    (local_engine.py, `_in_own_thread`). After the start, the worker is the only new thread."""
+    (own_thread.py). After the start, the worker is the only new thread."""
     from radixserve import local_engine
 
     builders: list[threading.Thread] = []
