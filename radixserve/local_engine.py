@@ -276,4 +276,3 @@ class LocalEngine:
         )
         self.grammars.attach(reqs, compiled)
         return reqs, rewrite
-
