@@ -106,7 +106,7 @@ class TritonDecode:
         indices = self._page_table.take(batch_size, max_kv_tokens)
         return TritonDecodeGraphState(
             batch_size,
-            indices.numel(),
+            max_kv_tokens,
             decode_tiling(batch_size, self.num_kv_heads, self.num_sms),
             self.scale,
             torch.zeros(batch_size + 1, dtype=torch.int32, device=self.device),

@@ -242,7 +242,7 @@ class InvariantTritonAttention(AttentionBackend):
         indices = self._page_table.take(batch_size, max_kv_tokens)
         return InvariantDecodeGraphState(
             batch_size,
-            indices.numel(),
+            max_kv_tokens,
             torch.zeros(batch_size + 1, dtype=torch.int32, device=self._device),
             indices,
             torch.zeros(2, batch_size, dtype=torch.int32, device=self._device),
