@@ -77,15 +77,22 @@ class Layout:
 
 def reference(lay: Layout, layer: int) -> torch.Tensor:
     s = lay.shape
-    k = lay.k[layer].reshape(-1, s.num_kv_heads, s.head_dim).float()
-    v = lay.v[layer].reshape(-1, s.num_kv_heads, s.head_dim).float()
-    group = s.num_heads // s.num_kv_heads
+    k = lay.k[layer].reshape(-1, s.num_kv_heads, s.head_dim)
+    v = lay.v[layer].reshape(-1, s.num_kv_heads, s.head_dim)
+    return decode_reference(lay.q, k, v, [lay.token_slots(b) for b in range(len(lay.lens))])
+
+
+def decode_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: list[torch.Tensor]
+) -> torch.Tensor:
+    """Decode attention in float32: row b of q `[B, Hq, D]` over the K/V `[S, Hkv, D]` at
+    `slots[b]` (its context's token slots) -> `[B, Hq, D]`."""
+    group = q.shape[1] // k.shape[1]
     outs = []
-    for b in range(len(lay.lens)):
-        slots = lay.token_slots(b)
-        kb = k[slots].repeat_interleave(group, dim=1)  # [n, Hq, D]
-        vb = v[slots].repeat_interleave(group, dim=1)
-        att = torch.einsum("hd,nhd->hn", lay.q[b].float(), kb) * s.head_dim**-0.5
+    for b, rows in enumerate(slots):
+        kb = k[rows].float().repeat_interleave(group, dim=1)  # [n, Hq, D]
+        vb = v[rows].float().repeat_interleave(group, dim=1)
+        att = torch.einsum("hd,nhd->hn", q[b].float(), kb) * q.shape[-1] ** -0.5
         outs.append(torch.einsum("hn,nhd->hd", att.softmax(-1), vb))
     return torch.stack(outs)
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import provenance  # noqa: E402
 from benchmarks.gpu_attention_check import LLAMA_8B, QWEN_05B, Shape  # noqa: E402
-from benchmarks.gpu_decode_attention import LAYERS, measure, print_failed  # noqa: E402
+from benchmarks.gpu_decode_attention import LAYERS, decode_reference, measure, print_failed  # noqa: E402
 from radixserve.cache.kv_quant import FP8_KV_DTYPE, FP8_MAX, quantize  # noqa: E402
 from radixserve.runtime.attention import triton_kernels as tk  # noqa: E402
 from radixserve.runtime.attention.base import LayerOptions  # noqa: E402
@@ -68,16 +68,9 @@ class Pool:
     def reference(self) -> torch.Tensor:
         """Layer 0 in float32 over the dequantized FP8 pool."""
         (k8, v8), (ks, vs) = self.fp8[0], self.scales[0]
-        k, v = k8.float() * ks, v8.float() * vs
-        group = self.shape.num_heads // self.shape.num_kv_heads
         indptr, slots = self.table[0].tolist(), self.table[1].long()
-        outs = []
-        for b in range(len(self.lens)):
-            rows = slots[indptr[b] : indptr[b + 1]]
-            kb, vb = (t[rows].repeat_interleave(group, dim=1) for t in (k, v))
-            att = torch.einsum("hd,nhd->hn", self.q[b].float(), kb) * self.shape.head_dim**-0.5
-            outs.append(torch.einsum("hn,nhd->hd", att.softmax(-1), vb))
-        return torch.stack(outs)
+        rows = [slots[indptr[b] : indptr[b + 1]] for b in range(len(self.lens))]
+        return decode_reference(self.q, k8.float() * ks, v8.float() * vs, rows)
 
     def call(self, tiling: tk.DecodeTiling, fp8: bool) -> Callable[[int], torch.Tensor]:
         pools = self.fp8 if fp8 else self.bf16
