@@ -92,7 +92,7 @@ class GatedMLP(nn.Module):
     @property
     def fuses_silu_quantizer(self) -> bool:
         """Whether CUDA steps compute SiLU·mul inside the FP8 down projection's input quantizer."""
-        return self.activation == "silu" and self.down_proj.is_fp8
+        return self.activation == "silu" and self.down_proj.row_scaled_fp8
 
     def forward(self, h: torch.Tensor | QuantizedRows) -> torch.Tensor:
         gate_up = self.gate_up_proj(h)
@@ -175,9 +175,9 @@ def _add_norm(
 
 
 def norm_fuses_quantizer(into: Linear | None) -> bool:
-    """Whether a norm feeding `into` quantizes for it on CUDA: an FP8 linear no wider than the fused
-    kernel's rows."""
-    return into is not None and into.is_fp8 and into.in_features <= NORM_FUSE_MAX_WIDTH
+    """Whether a norm feeding `into` quantizes for it on CUDA: an FP8 linear scaled per row, no wider
+    than the fused kernel's rows."""
+    return into is not None and into.row_scaled_fp8 and into.in_features <= NORM_FUSE_MAX_WIDTH
 
 
 class DecoderModel(nn.Module):

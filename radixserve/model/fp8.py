@@ -28,6 +28,7 @@ from radixserve.model.decoder import DecoderLayer, GatedMLP, norm_fuses_quantize
 from radixserve.model.layers import FusedLinear, Linear
 from radixserve.model.moe import SparseMoE
 from radixserve.model.weights import checkpoint_modules
+from radixserve.runtime.fp8_block import check_block_device, check_block_shape
 from radixserve.runtime.fp8_builds import Fp8Use
 from radixserve.runtime.fp8_linear import CUDA_DTYPES, GEMM_ALIGN, check_capability
 
@@ -62,7 +63,9 @@ def fp8_use(model: nn.Module, dtype: torch.dtype, device: torch.device, plus_one
     every o_proj take it; so would a norm wider than the fused one holds)."""
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and m.fuses_silu_quantizer]
     silu_fed = {id(m.down_proj) for m in mlps}  # their input comes from the fused SiLU·mul quantizer
-    linears = [m for m in model.modules() if isinstance(m, Linear) and m.is_fp8 and id(m) not in silu_fed]
+    linears = [
+        m for m in model.modules() if isinstance(m, Linear) and m.row_scaled_fp8 and id(m) not in silu_fed
+    ]
     norm_inputs = [m.self_attn.qkv_proj for m in model.modules() if isinstance(m, DecoderLayer)]
     fused = [m for m in norm_inputs if norm_fuses_quantizer(m)]
     return Fp8Use(
@@ -86,10 +89,10 @@ def fp8_weight_names(files: list[Path]) -> set[str]:
     return names
 
 
-def prepare_fp8_checkpoint(model: nn.Module, files: list[Path]) -> int:
-    """Turn the linears whose checkpoint weights are FP8 into FP8 linears, before loading;
-    returns how many. Refuses FP8 tensors the model has no FP8 path for, and fused
-    projections whose parts disagree."""
+def prepare_fp8_checkpoint(model: nn.Module, files: list[Path], block: tuple[int, int] | None = None) -> int:
+    """Turn the linears whose checkpoint weights are FP8 into FP8 linears (scaled per row, or per
+    `block` tile), before loading; returns how many. Refuses FP8 tensors the model has no FP8
+    path for, and fused projections whose parts disagree."""
     fp8 = fp8_weight_names(files)
     if not fp8:
         return 0
@@ -114,16 +117,21 @@ def prepare_fp8_checkpoint(model: nn.Module, files: list[Path]) -> int:
                 "projection are: all or none of q/k/v (gate/up) must be quantized"
             )
     for module in owners.values():
-        module.to_fp8()
+        module.to_fp8(block)
     return len(owners)
 
 
-def require_fp8_device(device: torch.device, dtype: torch.dtype) -> None:
-    """On CUDA: FP8 tensor cores, triton, and a dtype the row-wise scaled GEMM writes. The
-    CPU runs the reference in any dtype."""
+def require_fp8_device(
+    device: torch.device, dtype: torch.dtype, block: tuple[int, int] | None = None
+) -> None:
+    """On CUDA: FP8 tensor cores (Hopper's for `block` scales), triton, and a dtype the scaled
+    GEMMs write. The CPU runs the reference in any dtype."""
     if device.type != "cuda":
         return
-    check_capability(torch.cuda.get_device_capability(device), str(device))
+    capability = torch.cuda.get_device_capability(device)
+    check_capability(capability, str(device))
+    if block is not None:
+        check_block_device(capability, str(device))
     if importlib.util.find_spec("triton") is None:
         raise ValueError(
             "FP8 weights on CUDA need triton (it quantizes each linear's input): "
@@ -136,11 +144,16 @@ def require_fp8_device(device: torch.device, dtype: torch.dtype) -> None:
 
 
 def check_fp8_shapes(model: nn.Module, device: torch.device) -> None:
-    """On CUDA, every FP8 linear's dims are multiples of the FP8 GEMM's alignment."""
+    """On CUDA, every FP8 linear's dims suit its GEMM: multiples of the row-scaled GEMM's
+    alignment, or whole 128 x 128 blocks."""
     if device.type != "cuda":
         return
     for name, m in model.named_modules():
-        if isinstance(m, Linear) and m.is_fp8 and (m.in_features % GEMM_ALIGN or m.out_features % GEMM_ALIGN):
+        if isinstance(m, Linear) and m.weight_block is not None:
+            check_block_shape(name, m.out_features, m.in_features, m.weight_block)
+        elif (
+            isinstance(m, Linear) and m.is_fp8 and (m.in_features % GEMM_ALIGN or m.out_features % GEMM_ALIGN)
+        ):
             raise ValueError(
                 f"FP8 linear {name} is {m.out_features}x{m.in_features}: the CUDA FP8 GEMM needs "
                 f"both dims multiples of {GEMM_ALIGN}"

@@ -20,6 +20,7 @@ from torch import nn
 from radixserve.model.options import RopeConfig
 from radixserve.model.rope import rope_tables
 from radixserve.runtime.attention.rope import Rope
+from radixserve.runtime.fp8_block import block_count, block_linear, block_scales, scale_columns
 from radixserve.runtime.fp8_linear import (
     FP8_DTYPE,
     QuantizedRows,
@@ -96,9 +97,12 @@ class Linear(MatmulUser):
     FP8 (`to_fp8` before a quantized checkpoint fills it, `quantize_fp8_` after a
     high-precision one did): the weight is float8_e4m3fn with a float32 scale per
     output row (`weight_scale`), the bias stays in the model dtype, and the forward is
-    runtime/fp8_linear.py's (activations quantized per token)."""
+    runtime/fp8_linear.py's (activations quantized per token). With `weight_block`
+    (`to_fp8(block)`, a block-scaled checkpoint) `weight_scale` holds one scale per
+    `[block_n, block_k]` tile and the forward is runtime/fp8_block.py's."""
 
     weight_scale: nn.Parameter | None
+    weight_block: tuple[int, int] | None = None
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
         super().__init__()
@@ -112,16 +116,33 @@ class Linear(MatmulUser):
     def is_fp8(self) -> bool:
         return self.weight_scale is not None
 
-    def to_fp8(self) -> None:
-        """Empty FP8 weight and scales of this shape, for a checkpoint's quantized tensors."""
+    @property
+    def row_scaled_fp8(self) -> bool:
+        """FP8 with a scale per output row: its input quantized per token, by its own Triton
+        quantizer on CUDA or by a kernel fused into the op before (not block-scaled linears)."""
+        return self.is_fp8 and self.weight_block is None
+
+    def to_fp8(self, block: tuple[int, int] | None = None) -> None:
+        """Empty FP8 weight and scales of this shape, for a checkpoint's quantized tensors: a
+        scale per output row, or (`block`) per `[block_n, block_k]` tile."""
         device = self.weight.device
         self.weight = nn.Parameter(
             torch.empty(self.out_features, self.in_features, dtype=FP8_DTYPE, device=device),
             requires_grad=False,
         )
+        shape: tuple[int, ...] = (self.out_features,)
+        if block is not None:
+            shape = (block_count(self.out_features, block[0]), scale_columns(self.in_features, block[1]))
         self.weight_scale = nn.Parameter(
-            torch.empty(self.out_features, dtype=torch.float32, device=device), requires_grad=False
+            torch.zeros(shape, dtype=torch.float32, device=device), requires_grad=False
         )
+        self.weight_block = block
+
+    def checkpoint_scale(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A checkpoint's scale tensor in this FP8 linear's stored layout."""
+        if self.weight_block is None:
+            return tensor.float().reshape(-1)  # `[out, 1]` as `[out]`; per tensor `[1]`
+        return block_scales(tensor, self.in_features, self.weight_block[1])
 
     @torch.no_grad()
     def quantize_fp8_(self) -> None:
@@ -136,6 +157,9 @@ class Linear(MatmulUser):
         if isinstance(x, QuantizedRows):
             assert self.weight_scale is not None, "quantized rows feed FP8 linears only"
             return quantized_linear(x, self.weight, self.weight_scale, self.bias)
+        if self.weight_block is not None:
+            assert self.weight_scale is not None
+            return block_linear(x, self.weight, self.weight_scale, self.weight_block, self.bias)
         if self.weight_scale is not None:
             return fp8_linear(x, self.weight, self.weight_scale, self.bias)
         return self.matmul.linear(x, self.weight, self.bias)
@@ -165,6 +189,25 @@ class FusedLinear(Linear):
         """Rows of the weight (and entries of the bias) that hold `part`."""
         start = self._offsets[part]
         return slice(start, start + self.part_sizes[part])
+
+    def scale_rows(self, part: str) -> slice:
+        """Rows of `weight_scale` that hold `part`: its output rows, or with block scales its
+        row blocks (each part whole blocks: `to_fp8` checks)."""
+        if self.weight_block is None:
+            return self.part_rows(part)
+        rows, bn = self.part_rows(part), self.weight_block[0]
+        return slice(rows.start // bn, rows.stop // bn)
+
+    def to_fp8(self, block: tuple[int, int] | None = None) -> None:
+        if block is not None:
+            split = {p: n for p, n in self.part_sizes.items() if n % block[0]}
+            if split:
+                raise ValueError(
+                    f"block-wise FP8 scales of {block[0]} rows cannot stack the parts "
+                    f"{', '.join(f'{p} ({n} rows)' for p, n in split.items())} of a fused projection: "
+                    "each part must be whole blocks"
+                )
+        super().to_fp8(block)
 
     def split(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return y.split(list(self.part_sizes.values()), dim=-1)

@@ -191,10 +191,10 @@ def _load_folder(folder: Path, dtype: torch.dtype, device: torch.device, dummy: 
     quant = None if dummy else _checkpoint_quantization(folder)
     files = None if dummy else checkpoint_files(folder)  # fail on missing files before building
     if quant is not None:
-        require_fp8_device(device, dtype)
+        require_fp8_device(device, dtype, quant.weight_block)
     model = _instantiate(cls, config, dtype, device)
     if quant is not None and files is not None:
-        prepare_fp8_checkpoint(model, files)
+        prepare_fp8_checkpoint(model, files, quant.weight_block)
     # The tokenizer loads in a thread while the weights are copied: parsing tokenizer.json
     # holds the GIL, torch's copies release it, so the two overlap only from here on
     # (started before `_instantiate`, it would stall that Python code instead).

@@ -7,11 +7,15 @@ Two FP8 layouts load (docs/fp8.md):
   float weights scaled per tensor or per channel (`<name>.weight` float8_e4m3fn,
   `<name>.weight_scale` of shape `[]`, `[1]` or `[out, 1]`) and 8-bit float input
   activations, dynamic per token or static per tensor (`<name>.input_scale`);
-- transformers' fine-grained FP8 (`quant_method: "fp8"`) with `weight_block_size:
-  null`: one `weight_scale_inv` per tensor (transformers multiplies by it).
+- transformers' fine-grained FP8 (`quant_method: "fp8"`): with `weight_block_size`
+  `[block_n, block_k]` (its default `[128, 128]` when the field is absent: DeepSeek-V3,
+  the Qwen3 FP8 releases) one `weight_scale_inv` per weight tile, `[ceil(N / block_n),
+  ceil(K / block_k)]`, and activations quantized per token in groups of `block_k`
+  (runtime/fp8_block.py); with `weight_block_size: null` one per tensor. transformers
+  multiplies by `weight_scale_inv`, despite the name.
 
-Either way the activations run dynamic per token here: a static `input_scale` is
-read past (one calibrated scale per tensor is coarser than a scale per token).
+The activations run dynamic here (per token, or per token group with block scales): a static
+`input_scale` / `activation_scale` is read past (one calibrated scale per tensor is coarser).
 Everything else is refused at load with a message that names the field.
 """
 
@@ -40,6 +44,9 @@ class Fp8Checkpoint:
     quant_method: str
     scale_name: str  # "weight_scale" (compressed-tensors) or "weight_scale_inv" (fp8)
     skipped: tuple[str, ...]  # static activation scales: activations run per token here
+    # [block_n, block_k]: one weight scale per tile of that many rows and columns; None: per
+    # row (a per-tensor scale is repeated over the rows).
+    weight_block: tuple[int, int] | None = None
 
 
 def read_quantization(raw: Mapping[str, object]) -> Fp8Checkpoint | None:
@@ -131,17 +138,26 @@ def _check_activations(a: object, where: str) -> None:
 
 def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
     # transformers' FineGrainedFP8Config defaults weight_block_size to [128, 128].
-    block = q.get("weight_block_size", [128, 128])
-    if block is not None:
-        raise UnsupportedQuantizationError(
-            f"{_FIELD}.weight_block_size={block!r}: block-wise FP8 scales are not supported "
-            "(per-tensor and per-channel scales are: weight_block_size null, or a "
-            "compressed-tensors checkpoint)"
-        )
+    block = _block(q.get("weight_block_size", [128, 128]))
     scheme = q.get("activation_scheme", "dynamic")
     if scheme not in ("dynamic", "static"):
         raise UnsupportedQuantizationError(f"{_FIELD}.activation_scheme={scheme!r} is not supported")
     fmt = q.get("scale_fmt", "float")
     if fmt != "float":
         raise UnsupportedQuantizationError(f"{_FIELD}.scale_fmt={fmt!r} is not supported (float)")
-    return Fp8Checkpoint("fp8", "weight_scale_inv", ("activation_scale",))
+    return Fp8Checkpoint("fp8", "weight_scale_inv", ("activation_scale",), block)
+
+
+def _block(block: object) -> tuple[int, int] | None:
+    if block is None:
+        return None
+    if (
+        not isinstance(block, list | tuple)
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise UnsupportedQuantizationError(
+            f"{_FIELD}.weight_block_size={block!r} is not supported: two positive integers "
+            "[block_n, block_k], or null for one scale per tensor"
+        )
+    return (block[0], block[1])

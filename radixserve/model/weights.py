@@ -28,7 +28,7 @@ from torch import nn
 from radixserve.cache.kv_quant import KVScales
 from radixserve.model.fused_views import fused_views
 from radixserve.model.kv_scales import KVScaleReader
-from radixserve.model.layers import FusedLinear, RMSNorm, VocabEmbedding
+from radixserve.model.layers import FusedLinear, Linear, RMSNorm, VocabEmbedding
 from radixserve.model.moe import MoEExperts
 from radixserve.model.quant_config import Fp8Checkpoint
 
@@ -103,7 +103,8 @@ def _targets(model: nn.Module) -> dict[str, _Target]:
                 prefix, _, fused = hf_mod.rpartition(".")
                 for part in module.part_sizes:
                     hf_name = f"{prefix}.{unpacked[(fused, part)]}.{p_name}"
-                    targets[hf_name] = _Target(module, param, module.part_rows(part))
+                    rows = module.scale_rows(part) if p_name == "weight_scale" else module.part_rows(part)
+                    targets[hf_name] = _Target(module, param, rows)
             else:
                 targets[f"{hf_mod}.{p_name}"] = _Target(module, param, None)
     return targets
@@ -150,11 +151,12 @@ def load_checkpoint(
 
 
 def _checkpoint_tensors(
-    files: list[Path], quant: Fp8Checkpoint | None
+    files: list[Path], quant: Fp8Checkpoint | None, targets: dict[str, _Target]
 ) -> Iterator[tuple[Path, str, torch.Tensor]]:
     """The checkpoint's tensors under our names: an FP8 weight's scale as `weight_scale`
-    of one float32 per output row (a per-tensor scale repeated over them: the rows of a
-    fused projection keep each part's own); static activation scales left out."""
+    in its linear's stored layout (`Linear.checkpoint_scale`: a float32 per output row, a
+    per-tensor one expanded at the copy, so the rows of a fused projection keep each part's
+    own; or block scales); static activation scales left out."""
     for path, name, tensor in iter_checkpoint(files):
         if quant is None:
             yield path, name, tensor
@@ -163,13 +165,11 @@ def _checkpoint_tensors(
         if leaf in quant.skipped:
             continue
         if leaf == quant.scale_name:
-            name, tensor = f"{module}.weight_scale", _scale_rows(tensor.float())
+            name = f"{module}.weight_scale"
+            target = targets.get(name)
+            owner = None if target is None else target.module
+            tensor = owner.checkpoint_scale(tensor) if isinstance(owner, Linear) else tensor.float()
         yield path, name, tensor
-
-
-def _scale_rows(scale: torch.Tensor) -> torch.Tensor:
-    """`[out, 1]` as `[out]`; a per-tensor scale (`[]`, `[1]`) as `[1]`, expanded at the copy."""
-    return scale.reshape(-1)
 
 
 def _load_checkpoint(
@@ -179,7 +179,7 @@ def _load_checkpoint(
     # Fused parameters stored in one piece: not copied (stacked experts are).
     in_file = fused_views({n: t for n, t in targets.items() if t.expert is None}, files)
     loaded: set[str] = set()
-    for path, name, tensor in _checkpoint_tensors(files, quant):
+    for path, name, tensor in _checkpoint_tensors(files, quant, targets):
         if _ignored(name, tied) or kv.take(name, tensor):
             continue
         target = targets.get(name)

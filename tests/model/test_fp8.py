@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,16 +104,19 @@ def to_compressed_tensors(
     return dequantized
 
 
-def fake_fp8_reference(hf: Any, weights: dict[str, torch.Tensor]) -> Any:
+def fake_fp8_reference(
+    hf: Any, weights: dict[str, torch.Tensor], fake: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> Any:
     """transformers' model with `weights` (checkpoint name -> float weight) in its linears,
-    every linear but lm_head fake-quantizing its input per token."""
+    every linear but lm_head fake-quantizing its input with `fake` (default: per token)."""
+    fake = fake or _fake_quantize_tokens
     params = dict(hf.named_parameters())
     with torch.no_grad():
         for name, w in weights.items():
             params[name].copy_(w)
     for name, module in hf.named_modules():
         if isinstance(module, nn.Linear) and name != "lm_head":
-            module.register_forward_pre_hook(lambda _m, args: (_fake_quantize_tokens(args[0]),))
+            module.register_forward_pre_hook(lambda _m, args: (fake(args[0]),))
     return hf
 
 
@@ -130,7 +134,7 @@ def _engine_greedy(folder: Path, prompts: list[list[int]], **config: Any) -> lis
     return asyncio.run(main())
 
 
-def _check_against(ref: Any, folder: Path, helpers: Any, **config: Any) -> None:
+def check_against(ref: Any, folder: Path, helpers: Any, **config: Any) -> None:
     loaded = load_model(str(folder), quantization=config.get("quantization"))
     assert loaded.quantization == "fp8"
     for n in PROMPT_LENS:
@@ -154,7 +158,7 @@ def test_compressed_tensors_checkpoint_matches_reference(
     fp8 = {n for n, p in loaded.model.named_parameters() if p.dtype == FP8}
     assert len(fp8) == 4 * loaded.config.num_layers  # qkv, o, gate_up, down per layer
     assert loaded.model.lm_head.weight.dtype == torch.float32
-    _check_against(fake_fp8_reference(hf, weights), tmp_path / "fp8", helpers)
+    check_against(fake_fp8_reference(hf, weights), tmp_path / "fp8", helpers)
 
 
 def test_fused_checkpoint_with_static_scales(tmp_path: Path, helpers: Any) -> None:
@@ -165,7 +169,7 @@ def test_fused_checkpoint_with_static_scales(tmp_path: Path, helpers: Any) -> No
         tmp_path / "src", tmp_path / "fp8", "tensor", static=True, linears=FUSED_LINEARS
     )
     assert len(weights) == 4 * hf.config.num_hidden_layers
-    _check_against(fake_fp8_reference(hf, weights), tmp_path / "fp8", helpers)
+    check_against(fake_fp8_reference(hf, weights), tmp_path / "fp8", helpers)
 
 
 def test_quantization_fp8_at_load_of_a_bf16_checkpoint(tmp_path: Path, helpers: Any) -> None:
@@ -180,7 +184,7 @@ def test_quantization_fp8_at_load_of_a_bf16_checkpoint(tmp_path: Path, helpers: 
     dequantized = {n: w8.float() * s for n, (w8, s) in weights.items()}
     plain = load_model(str(tmp_path / "bf16"))
     assert plain.quantization is None and all(p.dtype == torch.float32 for p in plain.model.parameters())
-    _check_against(fake_fp8_reference(hf, dequantized), tmp_path / "bf16", helpers, quantization="fp8")
+    check_against(fake_fp8_reference(hf, dequantized), tmp_path / "bf16", helpers, quantization="fp8")
 
 
 def test_moe_router_and_experts_stay_in_model_dtype(tmp_path: Path, helpers: Any) -> None:

@@ -52,10 +52,17 @@ def test_engine_config_quantization_is_validated() -> None:
             r"quantization_config\.quant_method='awq'",
         ),
         ({"quantization_config": {"quant_method": "gptq"}}, r"quantization_config\.quant_method"),
-        ({"quantization_config": {"quant_method": "fp8"}}, r"quantization_config\.weight_block_size"),
         (
-            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
-            r"quantization_config\.weight_block_size=\[128, 128\]",
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}},
+            r"quantization_config\.weight_block_size=\[128\]",
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}},
+            r"quantization_config\.weight_block_size=\[128, 0\]",
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [True, 128]}},
+            r"quantization_config\.weight_block_size",
         ),
         (_ct(format="pack-quantized"), r"quantization_config\.format"),
         (_ct(kv_cache_scheme={"num_bits": 8}), r"quantization_config\.kv_cache_scheme"),
@@ -91,13 +98,18 @@ def test_supported_quantization_configs() -> None:
     ct = read_quantization(_ct())
     assert ct is not None and ct.scale_name == "weight_scale"
     fg = read_quantization({"quantization_config": {"quant_method": "fp8", "weight_block_size": None}})
-    assert fg is not None and fg.scale_name == "weight_scale_inv"
+    assert fg is not None and fg.scale_name == "weight_scale_inv" and fg.weight_block is None
+    # transformers' default when the field is absent: 128 x 128 tiles.
+    default = read_quantization({"quantization_config": {"quant_method": "fp8"}})
+    assert default is not None and default.weight_block == (128, 128)
+    block = read_quantization({"quantization_config": {"quant_method": "fp8", "weight_block_size": [64, 32]}})
+    assert block is not None and block.weight_block == (64, 32)
 
 
 def test_unsupported_checkpoint_fails_at_load(tmp_path: Path, helpers: Any) -> None:
     helpers.make_tiny_checkpoint("llama3-rope", tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, -1]}
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"quantization_config\.weight_block_size"):
         load_model(str(tmp_path))

@@ -123,7 +123,7 @@ def _config(folder: Path, cuda_graph: bool, quantization: str | None) -> EngineC
     )
 
 
-def _graphed_greedy(
+def graphed_greedy(
     folder: Path, prompts: list[list[int]], quantization: str | None
 ) -> tuple[list[list[int]], int]:
     """Greedy tokens with CUDA graphs, and how many steps the eager sampler drew."""
@@ -140,7 +140,7 @@ def _graphed_greedy(
     return asyncio.run(main())
 
 
-def _eager_gaps(
+def eager_gaps(
     folder: Path, prompts: list[list[int]], tokens: list[list[int]], quantization: str | None
 ) -> list[list[float]]:
     """Teacher-forced on the eager engine: for each given token, how far its logprob lies
@@ -208,10 +208,10 @@ def test_tiny_model_greedy_under_cuda_graphs(tmp_path: Path, quantization: str |
         torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
         for n in (5, 12, 23, 40)
     ]
-    graphed, eager_draws = _graphed_greedy(tmp_path, prompts, quantization)
+    graphed, eager_draws = graphed_greedy(tmp_path, prompts, quantization)
     assert all(len(t) == 24 for t in graphed)
     assert eager_draws <= 8  # the 23 decode steps drew in greedy graphs, not the eager sampler
-    gaps = [g for row in _eager_gaps(tmp_path, prompts, graphed, quantization) for g in row]
+    gaps = [g for row in eager_gaps(tmp_path, prompts, graphed, quantization) for g in row]
     assert max(gaps) <= NEAR_TIE, gaps
     assert sum(g == 0.0 for g in gaps) >= MOST * len(gaps), gaps
 
