@@ -6,7 +6,9 @@ Two FP8 layouts load (docs/fp8.md):
   `format` "float-quantized" or "naive-quantized", every config group with 8-bit
   float weights scaled per tensor or per channel (`<name>.weight` float8_e4m3fn,
   `<name>.weight_scale` of shape `[]`, `[1]` or `[out, 1]`) and 8-bit float input
-  activations, dynamic per token or static per tensor (`<name>.input_scale`);
+  activations, dynamic per token or static per tensor (`<name>.input_scale`); or
+  (`FP8_BLOCK`) weights per `block_structure` tile, `weight_scale` `[ceil(N / bn),
+  ceil(K / bk)]`, and activations dynamic per token group of `bk` columns;
 - transformers' fine-grained FP8 (`quant_method: "fp8"`): with `weight_block_size`
   `[block_n, block_k]` (its default `[128, 128]` when the field is absent: DeepSeek-V3,
   the Qwen3 FP8 releases) one `weight_scale_inv` per weight tile, `[ceil(N / block_n),
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 
 QUANT_METHODS = ("compressed-tensors", "fp8")
 CT_FORMATS = ("float-quantized", "naive-quantized")
-WEIGHT_STRATEGIES = ("tensor", "channel")
-ACTIVATION_STRATEGIES = ("token", "tensor")
+WEIGHT_STRATEGIES = ("tensor", "channel", "block")
+ACTIVATION_STRATEGIES = ("token", "tensor", "group")
 
 _FIELD = "quantization_config"
 
@@ -79,13 +81,19 @@ def _compressed_tensors(q: Mapping[str, object]) -> Fp8Checkpoint:
     groups = q.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise UnsupportedQuantizationError(f"{_FIELD}.config_groups is missing or empty")
+    blocks: set[tuple[int, int] | None] = set()
     for name, group in groups.items():
         where = f"{_FIELD}.config_groups.{name}"
         if not isinstance(group, Mapping):
             raise UnsupportedQuantizationError(f"{where} must be an object")
-        _check_weights(group.get("weights"), f"{where}.weights")
-        _check_activations(group.get("input_activations"), f"{where}.input_activations")
-    return Fp8Checkpoint("compressed-tensors", "weight_scale", ("input_scale",))
+        block = _check_weights(group.get("weights"), f"{where}.weights")
+        _check_activations(group.get("input_activations"), f"{where}.input_activations", block)
+        blocks.add(block)
+    if len(blocks) > 1:
+        raise UnsupportedQuantizationError(
+            f"{_FIELD}.config_groups mix weight blocks {sorted(map(str, blocks))}: one layout per checkpoint"
+        )
+    return Fp8Checkpoint("compressed-tensors", "weight_scale", ("input_scale",), blocks.pop())
 
 
 def _check_kv_cache_scheme(kv: object) -> None:
@@ -101,7 +109,8 @@ def _check_kv_cache_scheme(kv: object) -> None:
         )
 
 
-def _check_weights(w: object, where: str) -> None:
+def _check_weights(w: object, where: str) -> tuple[int, int] | None:
+    """The group's weight block (`strategy: "block"`, `block_structure`), or None."""
     if not isinstance(w, Mapping):
         raise UnsupportedQuantizationError(f"{where} is missing: only quantized weights load")
     if w.get("num_bits") != 8 or w.get("type") != "float":
@@ -119,9 +128,14 @@ def _check_weights(w: object, where: str) -> None:
         raise UnsupportedQuantizationError(f"{where}.dynamic=true is not supported for weights")
     if w.get("symmetric") is False:
         raise UnsupportedQuantizationError(f"{where}.symmetric=false (zero points) is not supported")
+    if strategy != "block":
+        return None
+    return _block(w.get("block_structure"), f"{where}.block_structure")
 
 
-def _check_activations(a: object, where: str) -> None:
+def _check_activations(a: object, where: str, block: tuple[int, int] | None) -> None:
+    """Per token or per tensor beside scales per row; per token group of the weight block's
+    columns beside block scales (llm-compressor's FP8_BLOCK)."""
     if a is None:
         raise UnsupportedQuantizationError(
             f"{where}=null (weight-only FP8) is not supported: the FP8 GEMM here quantizes "
@@ -134,11 +148,19 @@ def _check_activations(a: object, where: str) -> None:
         raise UnsupportedQuantizationError(
             f"{where}.strategy={strategy!r} is not supported ({', '.join(ACTIVATION_STRATEGIES)})"
         )
+    if (strategy == "group") != (block is not None) or (
+        block is not None and a.get("group_size") != block[1]
+    ):
+        raise UnsupportedQuantizationError(
+            f"{where}: strategy={strategy!r}, group_size={a.get('group_size')!r} beside weight "
+            f"blocks {block}: activations run per token group of the block's columns with block "
+            "scales, per token otherwise"
+        )
 
 
 def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
     # transformers' FineGrainedFP8Config defaults weight_block_size to [128, 128].
-    block = _block(q.get("weight_block_size", [128, 128]))
+    block = _block(q.get("weight_block_size", [128, 128]), f"{_FIELD}.weight_block_size")
     scheme = q.get("activation_scheme", "dynamic")
     if scheme not in ("dynamic", "static"):
         raise UnsupportedQuantizationError(f"{_FIELD}.activation_scheme={scheme!r} is not supported")
@@ -148,8 +170,8 @@ def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
     return Fp8Checkpoint("fp8", "weight_scale_inv", ("activation_scale",), block)
 
 
-def _block(block: object) -> tuple[int, int] | None:
-    if block is None:
+def _block(block: object, where: str) -> tuple[int, int] | None:
+    if block is None and where.endswith("weight_block_size"):
         return None
     if (
         not isinstance(block, list | tuple)
@@ -157,7 +179,7 @@ def _block(block: object) -> tuple[int, int] | None:
         or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
     ):
         raise UnsupportedQuantizationError(
-            f"{_FIELD}.weight_block_size={block!r} is not supported: two positive integers "
-            "[block_n, block_k], or null for one scale per tensor"
+            f"{where}={block!r} is not supported: two positive integers [block_n, block_k]"
+            + (", or null for one scale per tensor" if where.endswith("weight_block_size") else "")
         )
     return (block[0], block[1])

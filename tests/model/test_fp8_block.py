@@ -101,6 +101,39 @@ def test_block_fp8_checkpoint_matches_reference(
     check_against(ref, tmp_path / "fp8", helpers)
 
 
+def test_compressed_tensors_fp8_block_reads_as_finegrained(tmp_path: Path, helpers: Any) -> None:
+    """llm-compressor's FP8_BLOCK scheme (weights `strategy: "block"`, activations per token group)
+    stores the same numbers under `weight_scale`: the same model as the fine-grained checkpoint."""
+    helpers.make_tiny_checkpoint("llama3-rope", tmp_path / "src")
+    to_block_fp8(tmp_path / "src", tmp_path / "fg", (16, 48))
+    ct = tmp_path / "ct"
+    ct.mkdir()
+    with safe_open(str(tmp_path / "fg" / "model.safetensors"), framework="pt") as f:
+        tensors = {n.replace(".weight_scale_inv", ".weight_scale"): f.get_tensor(n) for n in f.keys()}  # noqa: SIM118
+    save_file(tensors, str(ct / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((tmp_path / "fg" / "config.json").read_text())
+    weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "strategy": "block"}
+    acts = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": True, "strategy": "group"}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights | {"block_structure": [16, 48]},
+                "input_activations": acts | {"group_size": 48},
+            }
+        },
+    }
+    (ct / "config.json").write_text(json.dumps(config))
+    fg, ours = load_model(str(tmp_path / "fg")), load_model(str(ct))
+    assert ours.model.model.layers[1].self_attn.o_proj.weight_block == (16, 48)
+    ids = torch.randint(3, 256, (12,), generator=torch.Generator().manual_seed(4)).tolist()
+    want = helpers.our_logits(fg.model, fg.config, ids, torch.arange(12))
+    assert torch.equal(helpers.our_logits(ours.model, ours.config, ids, torch.arange(12)), want)
+
+
 def test_block_scales_of_fused_parts_must_be_whole_blocks(tmp_path: Path, helpers: Any) -> None:
     """gate/up of 160 rows cannot stack with 24-row scale blocks: refused, naming the parts."""
     helpers.make_tiny_checkpoint("llama3-rope", tmp_path / "src")

@@ -74,7 +74,56 @@ def test_engine_config_quantization_is_validated() -> None:
             _ct(
                 config_groups={"g": {**_FP8_GROUP, "weights": {**_FP8_GROUP["weights"], "strategy": "block"}}}
             ),
-            r"config_groups\.g\.weights\.strategy='block'",
+            r"config_groups\.g\.weights\.block_structure=None",
+        ),
+        (
+            _ct(
+                config_groups={
+                    "g": {
+                        **_FP8_GROUP,
+                        "weights": {
+                            **_FP8_GROUP["weights"],
+                            "strategy": "block",
+                            "block_structure": [128, 128],
+                        },
+                    }
+                }
+            ),
+            r"config_groups\.g\.input_activations: strategy='token'.* beside weight blocks \(128, 128\)",
+        ),
+        (
+            _ct(
+                config_groups={
+                    "g": {
+                        **_FP8_GROUP,
+                        "input_activations": {
+                            **_FP8_GROUP["input_activations"],
+                            "strategy": "group",
+                            "group_size": 128,
+                        },
+                    }
+                }
+            ),
+            r"config_groups\.g\.input_activations: strategy='group'",
+        ),
+        (
+            _ct(
+                config_groups={
+                    "g": {
+                        "weights": {
+                            **_FP8_GROUP["weights"],
+                            "strategy": "block",
+                            "block_structure": [128, 128],
+                        },
+                        "input_activations": {
+                            **_FP8_GROUP["input_activations"],
+                            "strategy": "group",
+                            "group_size": 64,
+                        },
+                    }
+                }
+            ),
+            r"group_size=64 beside weight blocks \(128, 128\)",
         ),
         (
             _ct(
