@@ -14,7 +14,7 @@ from radixserve.model.layers import Linear
 from radixserve.model.loader import load_model
 from radixserve.runtime.fp8_block import GPU_BLOCK, block_scaled_mm_linear, reference_block_linear
 from tests.model.test_fp8_block import quantize_blocks, to_block_fp8
-from tests.runtime.test_fp8_gpu import MOST, NEAR_TIE, eager_gaps, graphed_greedy
+from tests.runtime.test_fp8_gpu import MOST, NEAR_TIE, eager_gaps, graphed_greedy, tiny_llama
 
 pytestmark = [
     pytest.mark.gpu,
@@ -82,35 +82,11 @@ def test_block_fp8_linear_replays_in_a_cuda_graph() -> None:
         assert torch.equal(static_y, layer(x))
 
 
-def _tiny_llama_128(folder: Path) -> None:
-    """A random tiny Llama whose every linear dim is whole 128 x 128 blocks."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.1)
-            else:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-    model.save_pretrained(folder)
-
-
 def test_block_fp8_checkpoint_greedy_under_cuda_graphs(tmp_path: Path) -> None:
     """A fine-grained FP8 checkpoint (128 x 128 blocks) loads on the GPU and its graphed greedy
     tokens are the eager engine's top-1 or within `NEAR_TIE` of it (as test_fp8_gpu's check)."""
-    _tiny_llama_128(tmp_path / "src")
+    # Every linear dim whole 128 x 128 blocks: q 256, k/v 128 (heads of 128), gate/up 512.
+    tiny_llama(tmp_path / "src", hidden=256, intermediate=512, heads=2, kv_heads=1)
     to_block_fp8(tmp_path / "src", tmp_path / "fp8", GPU_BLOCK)
     folder = tmp_path / "fp8"
     loaded = load_model(str(folder), dtype=torch.bfloat16, device="cuda")

@@ -166,18 +166,20 @@ def eager_gaps(
     return asyncio.run(main())
 
 
-def _tiny_llama(folder: Path) -> None:
-    """A random tiny Llama saved by transformers (every linear dim a multiple of 16)."""
+def tiny_llama(
+    folder: Path, hidden: int = 64, intermediate: int = 160, heads: int = 4, kv_heads: int = 2
+) -> None:
+    """A random tiny Llama saved by transformers (by default every linear dim a multiple of 16)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=256,
-        hidden_size=64,
-        intermediate_size=160,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=512,
         tie_word_embeddings=False,
     )
@@ -200,7 +202,7 @@ def test_tiny_model_greedy_under_cuda_graphs(tmp_path: Path, quantization: str |
     or inputs would pick tokens several nats below. (Exact equality failed with FP8 on the
     H200 at 5285eb6: the graphed run's first prompt went 193, 193, 226, 226, 147, 226 as
     float32 on the CPU does, the eager one 193, 39, 79, 147, 96 as bfloat16 on the CPU does.)"""
-    _tiny_llama(tmp_path)
+    tiny_llama(tmp_path)
     loaded = load_model(str(tmp_path), dtype=torch.bfloat16, device="cuda", quantization=quantization)
     fp8 = loaded.model.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.float8_e4m3fn
     assert fp8 == (quantization == "fp8")

@@ -20,7 +20,7 @@ from radixserve.sampling_params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
 from graph_cases import graph_side  # noqa: E402
-from test_fp8_gpu import _tiny_llama  # noqa: E402
+from test_fp8_gpu import tiny_llama  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -128,7 +128,7 @@ def test_engine_sampled_decode_replays_graphs_and_keeps_its_tokens(tmp_path: Pat
     """Through the public API: seeded sampled requests give the same tokens with and without
     CUDA graphs, and with graphs their decode steps are drawn by sampled graphs, not eagerly."""
     pytest.importorskip("triton")
-    _tiny_llama(tmp_path)
+    tiny_llama(tmp_path)
     prompts = [
         torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
         for n in (5, 12, 23, 40)
