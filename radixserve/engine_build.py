@@ -57,6 +57,11 @@ def _build(cfg: EngineConfig) -> EngineParts:
     kernels = make_kernels(cfg.layer_kernels, device, dtype)
     use_kernels(loaded.model, kernels)
     mc = loaded.config
+    if cfg.deterministic and loaded.quantization is not None:  # quantization=None: the checkpoint's own
+        raise ValueError(
+            f"EngineConfig.deterministic=True: {cfg.model} is an FP8 checkpoint, and the FP8 product "
+            "has no batch-invariant kernel; use a bf16 or fp32 checkpoint"
+        )
     if cfg.deterministic and mc.moe is not None and device.type == "cuda":
         raise ValueError(
             f"EngineConfig.deterministic=True: {cfg.model} is a mixture of experts, whose fused CUDA "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from radixserve import EngineConfig
+from radixserve import AsyncEngine, EngineConfig
 from radixserve.model.loader import load_model
 from radixserve.model.quant_config import UnsupportedQuantizationError, read_quantization
 from radixserve.runtime.fp8_linear import (
@@ -18,6 +19,7 @@ from radixserve.runtime.fp8_linear import (
     reference_linear,
     scaled_mm_linear,
 )
+from tests.model.test_fp8 import to_compressed_tensors
 
 _FP8_GROUP = {
     "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False},
@@ -233,3 +235,18 @@ def test_fused_parts_must_agree(tmp_path: Path, helpers: Any) -> None:
     to_compressed_tensors(tmp_path / "src", tmp_path / "fp8", "channel", linears=("q_proj", "o_proj"))
     with pytest.raises(ValueError, match=r"k_proj\.weight' .* is not FP8 while the other parts"):
         load_model(str(tmp_path / "fp8"))
+
+
+def test_deterministic_mode_refuses_an_fp8_checkpoint(tmp_path: Path, helpers: Any) -> None:
+    """An FP8 checkpoint is FP8 without `quantization="fp8"`: the deterministic mode's check of
+    that option alone would let its linears run the FP8 product, which no batch-invariant kernel
+    computes; the engine refuses it at start instead."""
+    helpers.make_tiny_checkpoint("llama3-rope", tmp_path / "src")
+    to_compressed_tensors(tmp_path / "src", tmp_path / "fp8", "channel")
+
+    async def start() -> None:
+        async with AsyncEngine(EngineConfig(model=str(tmp_path / "fp8"), device="cpu", deterministic=True)):
+            pass
+
+    with pytest.raises(ValueError, match=r"deterministic=True: .* is an FP8 checkpoint"):
+        asyncio.run(start())
