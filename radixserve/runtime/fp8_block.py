@@ -61,7 +61,7 @@ def quantize_groups(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Te
     m, k = x.shape
     kb = block_count(k, group)
     padded = F.pad(x, (0, kb * group - k)) if k % group else x
-    g = padded.view(m, kb, group)
+    g = padded.reshape(m, kb, group)  # a strided input (a view of q/k/v) is copied
     amax = g.abs().amax(dim=-1, keepdim=True).float()
     scale = amax.clamp(min=MIN_AMAX) * INV_FP8_MAX  # products, not divisions: see fp8_format
     values = (g.float() * scale.reciprocal()).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
