@@ -48,7 +48,7 @@ def _graph_decoded(
     assert planner is not None
     device = q.device
     state = planner.make_cuda_graph_decode_state(4, N + 2 * OTHER + 1)
-    rows = [*rows, torch.tensor([pool.k[0].shape[0] - 1], device=device)]
+    rows = [*rows, torch.tensor([pool.k[0].shape[0] - 1])]  # slot lists stay host lists, as the others
     fb = ForwardBatch.build([0] * len(rows), [1] * len(rows), [len(r) - 1 for r in rows], rows, device)
     k, v = pool.k[0][fb.out_slots].clone(), pool.v[0][fb.out_slots].clone()
     planner.plan_cuda_graph(state, fb)
