@@ -160,7 +160,8 @@ def _check_activations(a: object, where: str, block: tuple[int, int] | None) -> 
 
 def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
     # transformers' FineGrainedFP8Config defaults weight_block_size to [128, 128].
-    block = _block(q.get("weight_block_size", [128, 128]), f"{_FIELD}.weight_block_size")
+    raw = q.get("weight_block_size", [128, 128])
+    block = None if raw is None else _block(raw, f"{_FIELD}.weight_block_size")
     scheme = q.get("activation_scheme", "dynamic")
     if scheme not in ("dynamic", "static"):
         raise UnsupportedQuantizationError(f"{_FIELD}.activation_scheme={scheme!r} is not supported")
@@ -170,16 +171,14 @@ def _finegrained(q: Mapping[str, object]) -> Fp8Checkpoint:
     return Fp8Checkpoint("fp8", "weight_scale_inv", ("activation_scale",), block)
 
 
-def _block(block: object, where: str) -> tuple[int, int] | None:
-    if block is None and where.endswith("weight_block_size"):
-        return None
+def _block(block: object, where: str) -> tuple[int, int]:
+    """`[block_n, block_k]` as a tuple, or an error naming the field."""
     if (
         not isinstance(block, list | tuple)
         or len(block) != 2
         or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
     ):
         raise UnsupportedQuantizationError(
-            f"{where}={block!r} is not supported: two positive integers [block_n, block_k]"
-            + (", or null for one scale per tensor" if where.endswith("weight_block_size") else "")
+            f"{where}={block!r} is not supported: two positive integers [rows, columns]"
         )
     return (block[0], block[1])
