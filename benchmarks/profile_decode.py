@@ -20,6 +20,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import random
 import sys
@@ -116,7 +117,9 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=22)
-    ap.add_argument("--out", default="benchmarks/results/profile_decode.json")
+    # On the device machine $OUT is the folder that comes back; a path under the tree would not.
+    default_out = Path(os.environ["OUT"]) / "profile_decode.json" if "OUT" in os.environ else None
+    ap.add_argument("--out", default=str(default_out or "benchmarks/results/profile_decode.json"))
     ap.add_argument("--quantization", choices=["fp8"], default=None, help="EngineConfig.quantization")
     ap.add_argument(
         "--set",
