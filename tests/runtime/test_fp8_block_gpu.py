@@ -14,7 +14,14 @@ from radixserve.model.layers import Linear
 from radixserve.model.loader import load_model
 from radixserve.runtime.fp8_block import GPU_BLOCK, block_scaled_mm_linear, reference_block_linear
 from tests.model.test_fp8_block import quantize_blocks, to_block_fp8
-from tests.runtime.test_fp8_gpu import MOST, NEAR_TIE, eager_gaps, graphed_greedy, tiny_llama
+from tests.runtime.test_fp8_gpu import (
+    MOST,
+    NEAR_TIE,
+    assert_replays_in_a_cuda_graph,
+    eager_gaps,
+    graphed_greedy,
+    tiny_llama,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -64,22 +71,7 @@ def test_block_scaled_mm_matches_the_reference(m: int, k: int, n: int, bias: boo
 
 
 def test_block_fp8_linear_replays_in_a_cuda_graph() -> None:
-    layer = _block_linear(512, 256, bias=True, seed=1)
-    static_x = torch.randn(6, 512, device="cuda", dtype=torch.bfloat16)  # 6 rows: padded to 8
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer(static_x)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = layer(static_x)
-    for seed in range(3):
-        gen = torch.Generator("cuda").manual_seed(seed)
-        x = torch.randn(6, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
-        static_x.copy_(x)
-        graph.replay()
-        assert torch.equal(static_y, layer(x))
+    assert_replays_in_a_cuda_graph(_block_linear(512, 256, bias=True, seed=1), 6, 512)  # 6 rows: padded to 8
 
 
 def test_block_fp8_checkpoint_greedy_under_cuda_graphs(tmp_path: Path) -> None:

@@ -55,13 +55,9 @@ def test_scaled_mm_matches_the_reference(m: int, k: int, n: int, bias: bool) -> 
     assert torch.equal(layer(x), spec)
 
 
-def test_fp8_linear_replays_in_a_cuda_graph() -> None:
-    layer = Linear(512, 256, bias=True, dtype=torch.bfloat16).cuda()
-    with torch.no_grad():
-        layer.weight.normal_(0, 0.05)
-        layer.bias.normal_()  # type: ignore[union-attr]
-    layer.quantize_fp8_()
-    static_x = torch.randn(8, 512, device="cuda", dtype=torch.bfloat16)
+def assert_replays_in_a_cuda_graph(layer: torch.nn.Module, rows: int, width: int) -> None:
+    """`layer` captured over a static `[rows, width]` input replays to its eager output for fresh inputs."""
+    static_x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -71,12 +67,20 @@ def test_fp8_linear_replays_in_a_cuda_graph() -> None:
     with torch.cuda.graph(graph):
         static_y = layer(static_x)
     for seed in range(3):
-        x = torch.randn(
-            8, 512, device="cuda", dtype=torch.bfloat16, generator=torch.Generator("cuda").manual_seed(seed)
-        )
+        gen = torch.Generator("cuda").manual_seed(seed)
+        x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16, generator=gen)
         static_x.copy_(x)
         graph.replay()
         assert torch.equal(static_y, layer(x))
+
+
+def test_fp8_linear_replays_in_a_cuda_graph() -> None:
+    layer = Linear(512, 256, bias=True, dtype=torch.bfloat16).cuda()
+    with torch.no_grad():
+        layer.weight.normal_(0, 0.05)
+        layer.bias.normal_()  # type: ignore[union-attr]
+    layer.quantize_fp8_()
+    assert_replays_in_a_cuda_graph(layer, 8, 512)
 
 
 def test_norm_fused_with_the_quantizer_feeds_the_fp8_linear() -> None:
