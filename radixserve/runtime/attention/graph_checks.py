@@ -1,7 +1,10 @@
 """What every backend's decode graph states share: the check each plan makes of its batch,
-and the page-table buffer (`SharedPageTable`)."""
+the page-table buffer (`SharedPageTable`), and filling a device-planned state's page table
+(`load_page_table`)."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 
@@ -43,3 +46,16 @@ class SharedPageTable:
         if self._buf is None:
             self._buf = buf
         return buf
+
+
+class PagedGraphState(Protocol):
+    """A decode graph state whose kernels read the batch's page table from static buffers."""
+
+    kv_indptr: torch.Tensor  # [bs + 1] int32, device
+    kv_indices: torch.Tensor  # [max_kv_tokens] int32, device (a `SharedPageTable` buffer)
+
+
+def load_page_table(state: PagedGraphState, batch: ForwardBatch) -> None:
+    """Copy a padded decode batch's device page table into the state's buffers (queued, no sync)."""
+    state.kv_indptr.copy_(batch.kv_indptr, non_blocking=True)
+    state.kv_indices[: batch.kv_indices.numel()].copy_(batch.kv_indices, non_blocking=True)

@@ -113,13 +113,6 @@ class TritonDecode:
             indices,
         )
 
-    @staticmethod
-    def plan_graph(state: TritonDecodeGraphState, batch: ForwardBatch) -> None:
-        """Copy a padded decode batch's device page table into the state's buffers."""
-        state.kv_indptr.copy_(batch.kv_indptr, non_blocking=True)
-        n = batch.kv_indices.numel()
-        state.kv_indices[:n].copy_(batch.kv_indices, non_blocking=True)
-
 
 def _run(
     q: torch.Tensor,

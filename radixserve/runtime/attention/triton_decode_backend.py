@@ -27,7 +27,7 @@ from radixserve.runtime.attention.base import (
     DecodeGraphState,
     LayerOptions,
 )
-from radixserve.runtime.attention.graph_checks import check_graph_batch
+from radixserve.runtime.attention.graph_checks import check_graph_batch, load_page_table
 from radixserve.runtime.attention.triton_decode import TritonDecode, TritonDecodeGraphState
 from radixserve.runtime.attention.warm_batches import per_layer_option
 from radixserve.runtime.forward_batch import ForwardBatch
@@ -136,7 +136,7 @@ class TritonDecodeAttention(AttentionBackend):
         is uploaded before each replay. Either then runs in every layer."""
         check_graph_batch(state, batch)
         if isinstance(state, TritonDecodeGraphState):
-            TritonDecode.plan_graph(state, batch)
+            load_page_table(state, batch)
         # A Triton state, plain or cascade: it runs (the cascade one's type imports triton).
         self._active = cast(LayerRun, state)
 

@@ -38,7 +38,7 @@ from radixserve.runtime.attention.base import (
     KernelBuild,
     LayerOptions,
 )
-from radixserve.runtime.attention.graph_checks import SharedPageTable, check_graph_batch
+from radixserve.runtime.attention.graph_checks import SharedPageTable, check_graph_batch, load_page_table
 from radixserve.runtime.attention.invariant_rows import token_positions
 from radixserve.runtime.attention.triton_kernels import check_qkv, dot_precision
 from radixserve.runtime.attention.triton_softmax import LOG2E, attend_tile, layer_args, normalized
@@ -253,8 +253,7 @@ class InvariantTritonAttention(AttentionBackend):
         graph's `step_fill` writes it instead); the rows follow inside the graph."""
         check_graph_batch(state, batch)
         assert isinstance(state, InvariantDecodeGraphState)
-        state.kv_indptr.copy_(batch.kv_indptr, non_blocking=True)
-        state.kv_indices[: batch.kv_indices.numel()].copy_(batch.kv_indices, non_blocking=True)
+        load_page_table(state, batch)
         self._graph = state
 
     def make_cuda_graph_cascade_state(self, plain: DecodeGraphState) -> CascadeGraphState:
